@@ -1,0 +1,103 @@
+//! `workcell check`: the query API on the command line, one verdict per path.
+
+use std::io::{BufRead, Write};
+
+use clap::Args;
+use serde::Serialize;
+
+use super::{load_project, Cli, CliError};
+use crate::sandbox::{FileKind, Sandbox, SandboxError};
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Check with this worker's effective sandbox instead of the project's.
+    #[arg(long, value_name = "WORKER")]
+    pub worker: Option<String>,
+    /// Check for writing instead of reading.
+    #[arg(long)]
+    pub write: bool,
+    /// Read paths from standard input, one per line, and print one verdict per line.
+    #[arg(long)]
+    pub stdin: bool,
+    /// Print verdicts as JSON lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Sandbox paths to check (`/data/a.txt`, `data/a.txt`, `data:a.txt`).
+    #[arg(value_name = "PATH", required_unless_present = "stdin")]
+    pub paths: Vec<String>,
+}
+
+/// One path's verdict.
+#[derive(Debug, Serialize)]
+pub struct Verdict<'a> {
+    pub path: &'a str,
+    pub allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Whether `path` may be read (or written): resolution, then the suffix policy for
+/// anything that is not an existing directory.
+pub fn verdict(sandbox: &Sandbox, path: &str, write: bool) -> Result<(), SandboxError> {
+    if write {
+        sandbox.resolve_for_write(path)?;
+    } else {
+        sandbox.resolve(path)?;
+    }
+    let is_dir = sandbox.stat(path).map(|s| s.kind == FileKind::Directory).unwrap_or(false);
+    if !is_dir {
+        sandbox.check_suffix(path)?;
+    }
+    Ok(())
+}
+
+pub fn run(cli: &Cli, args: &CheckArgs) -> Result<i32, CliError> {
+    let project = load_project(cli.config.as_deref())?;
+    let sandbox = match &args.worker {
+        Some(w) => project.worker(w).map_err(CliError::Usage)?.sandbox.clone(),
+        None => project.sandbox.clone(),
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut refused = false;
+    let mut check_one = |path: &str, out: &mut dyn Write| -> std::io::Result<()> {
+        let result = verdict(&sandbox, path, args.write);
+        refused |= result.is_err();
+        if args.json {
+            let v = Verdict {
+                path,
+                allowed: result.is_ok(),
+                kind: result.as_ref().err().map(SandboxError::kind),
+                message: result.as_ref().err().map(ToString::to_string),
+            };
+            writeln!(out, "{}", serde_json::to_string(&v).unwrap_or_default())
+        } else if args.stdin {
+            match &result {
+                Ok(()) => writeln!(out, "allowed\t{path}"),
+                Err(e) => writeln!(out, "refused\t{path}\t{}\t{}", e.kind(), e.to_string().replace('\n', " ")),
+            }
+        } else {
+            match &result {
+                Ok(()) => writeln!(out, "allowed: {path}"),
+                Err(e) => writeln!(out, "refused: {e}"),
+            }
+        }
+    };
+    let io_err = |e: std::io::Error| CliError::Failed(format!("cannot write the verdicts: {e}"));
+    for p in &args.paths {
+        check_one(p, &mut out).map_err(io_err)?;
+    }
+    if args.stdin {
+        for line in std::io::stdin().lock().lines() {
+            let line = line.map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))?;
+            let line = line.strip_suffix('\r').unwrap_or(&line);
+            if !line.is_empty() {
+                check_one(line, &mut out).map_err(io_err)?;
+            }
+        }
+    }
+    out.flush().map_err(io_err)?;
+    Ok(if refused { 1 } else { 0 })
+}

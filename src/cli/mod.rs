@@ -1,0 +1,108 @@
+//! Command line: one module per subcommand. Parsing and dispatch only; the library decides.
+
+mod check;
+mod init;
+mod plan;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::{ConfigError, Project};
+
+/// Exit status of a usage or configuration error.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status of workcell's own failure during a run.
+pub const EXIT_INTERNAL: i32 = 125;
+
+/// A failure that ends a command, with the exit status it maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
+            CliError::Failed(_) => EXIT_INTERNAL,
+        }
+    }
+}
+
+/// workcell runs untrusted work inside an isolation boundary derived from a declarative
+/// sandbox of zones (host directories, read-only or read-write).
+#[derive(Debug, Parser)]
+#[command(name = "workcell", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Project file (default: the nearest workcell.yaml, searching upward).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Log format on stderr (filter with RUST_LOG).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a starter workcell.yaml and one example worker.
+    Init(init::InitArgs),
+    /// Check whether sandbox paths may be read (or written).
+    Check(check::CheckArgs),
+    /// Print what a run would do, without running anything.
+    Plan(plan::PlanArgs),
+    /// Print the JSON Schema of workcell.yaml and of worker files.
+    Schema,
+}
+
+fn init_logging(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let ansi = std::env::var_os("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Loads the project named by `--config`, or found from the current directory.
+pub fn load_project(config: Option<&std::path::Path>) -> Result<Project, CliError> {
+    let cwd = std::env::current_dir().map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
+    Ok(Project::load(config, &cwd)?)
+}
+
+/// Runs the command line; returns the process exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let result = match &cli.command {
+        Command::Init(a) => init::run(a),
+        Command::Check(a) => check::run(&cli, a),
+        Command::Plan(a) => plan::run(&cli, a),
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
+            Ok(0)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("workcell: {e}");
+            e.exit_code()
+        }
+    }
+}

@@ -1,0 +1,474 @@
+//! Configuration: find `workcell.yaml`, parse it and the worker files, refuse anything
+//! invalid with file, line and column, and turn the result into one resolved [`Project`]:
+//! a project [`Sandbox`] and the workers with their effective sandboxes.
+
+pub mod raw;
+mod units;
+mod worker;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde_saphyr::{Location, MessageFormatter, Spanned};
+
+use crate::sandbox::{normalise_suffix, Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
+pub use raw::BackendChoice;
+use raw::{RawApproval, RawLimits, RawNetwork, RawProject, RootField, SandboxMode};
+pub use units::{parse_bytes, parse_duration};
+pub use worker::{AttachmentPolicy, Rule, SandboxDecl, ShellRule, Worker};
+
+/// The name of the project file.
+pub const CONFIG_FILE: &str = "workcell.yaml";
+
+/// Mount points a zone may not take: the system directories every backend provides.
+pub const RESERVED_MOUNT_POINTS: &[&str] =
+    &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/proc", "/dev", "/sys", "/tmp", "/run", "/var", "/opt"];
+
+/// A configuration problem, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    /// 1-based; 0 when the problem has no single location (a missing file).
+    pub line: u64,
+    pub column: u64,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(f, "{}:{}:{}: {}", self.file.display(), self.line, self.column, self.message)
+        }
+    }
+}
+
+/// Builds [`ConfigError`]s for one file, shifting lines for front matter.
+#[derive(Debug, Clone)]
+pub(crate) struct Diag {
+    pub file: PathBuf,
+    pub line_offset: u64,
+}
+
+impl Diag {
+    pub fn at(&self, loc: Location, message: impl Into<String>) -> ConfigError {
+        let known = loc.line() > 0;
+        ConfigError {
+            file: self.file.clone(),
+            line: if known { loc.line() + self.line_offset } else { 0 },
+            column: if known { loc.column() } else { 0 },
+            message: message.into(),
+        }
+    }
+    pub fn spanned<T>(&self, s: &Spanned<T>, message: impl Into<String>) -> ConfigError {
+        self.at(s.referenced, message)
+    }
+    pub fn whole(&self, message: impl Into<String>) -> ConfigError {
+        ConfigError { file: self.file.clone(), line: 0, column: 0, message: message.into() }
+    }
+    /// Parses YAML into `T`, mapping syntax and shape errors to located errors.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self, text: &str) -> Result<T, ConfigError> {
+        let options = serde_saphyr::options! { duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error };
+        serde_saphyr::from_str_with_options::<T>(text, options).map_err(|e| {
+            let inner = e.without_snippet();
+            let message = serde_saphyr::DefaultMessageFormatter.format_message(inner).into_owned();
+            match e.location() {
+                Some(loc) => self.at(loc, message),
+                None => self.whole(message),
+            }
+        })
+    }
+}
+
+/// Resource limits of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Limits {
+    pub timeout: Option<Duration>,
+    pub memory_bytes: Option<u64>,
+    pub cpus: Option<f64>,
+    pub pids: Option<i64>,
+}
+
+impl Limits {
+    /// `self` where set, else `base`.
+    pub fn or(self, base: Limits) -> Limits {
+        Limits {
+            timeout: self.timeout.or(base.timeout),
+            memory_bytes: self.memory_bytes.or(base.memory_bytes),
+            cpus: self.cpus.or(base.cpus),
+            pids: self.pids.or(base.pids),
+        }
+    }
+}
+
+pub(crate) fn limits_from(raw: &RawLimits, diag: &Diag) -> Result<Limits, ConfigError> {
+    let timeout = raw
+        .timeout
+        .as_ref()
+        .map(|t| parse_duration(&t.value).map_err(|m| diag.spanned(t, format!("invalid timeout '{}': {m}", t.value))))
+        .transpose()?;
+    let memory_bytes = raw
+        .memory
+        .as_ref()
+        .map(|t| parse_bytes(&t.value).map_err(|m| diag.spanned(t, format!("invalid memory '{}': {m}", t.value))))
+        .transpose()?;
+    if let Some(c) = raw.cpus {
+        if !(c > 0.0 && c.is_finite()) {
+            return Err(diag.whole(format!("invalid cpus {c}: must be a positive number such as 0.5 or 2")));
+        }
+    }
+    if let Some(p) = raw.pids {
+        if p < 1 {
+            return Err(diag.whole(format!("invalid pids {p}: must be at least 1")));
+        }
+    }
+    Ok(Limits { timeout, memory_bytes, cpus: raw.cpus, pids: raw.pids })
+}
+
+/// Which image a worker runs in.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageRef {
+    /// workcell's empty base image plus the host's system directories, read-only.
+    Host,
+    /// A local image by name.
+    Named(String),
+    /// An image built from a Dockerfile folder.
+    Build(PathBuf),
+}
+
+impl ImageRef {
+    pub fn from_name(name: &str) -> ImageRef {
+        if name == "host" {
+            ImageRef::Host
+        } else {
+            ImageRef::Named(name.to_string())
+        }
+    }
+}
+
+/// Defaults for workers from `defaults:`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defaults {
+    pub image: ImageRef,
+    pub backend: BackendChoice,
+    pub limits: Limits,
+}
+
+/// A loaded, validated project: everything later stages need, read once.
+#[derive(Debug, Clone)]
+pub struct Project {
+    /// The directory holding `workcell.yaml` (or the current directory without one).
+    pub dir: PathBuf,
+    /// The config file, when there is one.
+    pub file: Option<PathBuf>,
+    /// The project sandbox: every zone, full access.
+    pub sandbox: Sandbox,
+    /// Domain allowlist of `network: {allow: [...]}` (not enforced by any backend yet).
+    pub network_allow: Option<Vec<String>>,
+    pub require_os_sandbox: bool,
+    pub dynamic: bool,
+    pub defaults: Defaults,
+    pub workers: BTreeMap<String, Worker>,
+}
+
+/// Walks up from `start` to the first directory holding `workcell.yaml`.
+pub fn find_config(start: &Path) -> Option<PathBuf> {
+    start.ancestors().map(|d| d.join(CONFIG_FILE)).find(|p| p.is_file())
+}
+
+impl Project {
+    /// Loads `file` (or, without one, searches upward from `cwd`; with none found, uses the
+    /// default zones `cache` and `workspace` under `.sandbox/` in `cwd`).
+    pub fn load(file: Option<&Path>, cwd: &Path) -> Result<Project, ConfigError> {
+        let file = match file {
+            Some(f) => Some(if f.is_absolute() { f.to_path_buf() } else { cwd.join(f) }),
+            None => find_config(cwd),
+        };
+        match file {
+            Some(f) => {
+                let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
+                    file: f.clone(),
+                    line: 0,
+                    column: 0,
+                    message: format!("cannot read the config file: {e}"),
+                })?;
+                let dir = f.parent().map(Path::to_path_buf).unwrap_or_else(|| cwd.to_path_buf());
+                Self::from_text(&text, &f, &dir)
+            }
+            None => Self::from_text(DEFAULT_CONFIG, &cwd.join(CONFIG_FILE), cwd),
+        }
+        .map(|mut p| {
+            if find_config(cwd).is_none() && p.file.is_some() && !p.file.as_ref().is_some_and(|f| f.is_file()) {
+                p.file = None;
+            }
+            p
+        })
+    }
+
+    /// Parses and validates project text as if read from `file` in `dir`, then loads the
+    /// workers under `dir/workers/`.
+    pub fn from_text(text: &str, file: &Path, dir: &Path) -> Result<Project, ConfigError> {
+        let diag = Diag { file: file.to_path_buf(), line_offset: 0 };
+        let raw: RawProject = diag.parse(text)?;
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let rs = raw.sandbox.unwrap_or_default();
+
+        let sandboxed = rs.mode.as_ref().map(|m| m.value) == Some(SandboxMode::Sandboxed);
+        let folder = match rs.root.as_ref().map(|r| &r.value) {
+            Some(RootField::Folder(f)) => {
+                let s = rs.root.as_ref().map(|r| r.referenced).unwrap_or(Location::UNKNOWN);
+                check_relative_dir(f).map_err(|m| diag.at(s, m))?;
+                f.clone()
+            }
+            _ => ".sandbox".to_string(),
+        };
+        let forms: Vec<&str> = [
+            rs.zones.as_ref().map(|_| "zones"),
+            rs.paths.as_ref().map(|_| "paths"),
+            matches!(rs.root.as_ref().map(|r| &r.value), Some(RootField::Form(_))).then_some("root"),
+            rs.mounts.as_ref().map(|_| "mounts"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if forms.len() > 1 {
+            return Err(diag.whole(format!(
+                "sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts",
+                forms.join(" and ")
+            )));
+        }
+
+        let mut builder = MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new() };
+        let mut addressing = Addressing::Zones;
+        if let Some(zones) = &rs.zones {
+            for (name, z) in zones {
+                let host = z.path.as_ref().map(|p| (p.value.clone(), p.referenced)).unwrap_or_else(|| (format!("./{}", name.value), name.referenced));
+                builder.add(
+                    name,
+                    host,
+                    None,
+                    z.mode.unwrap_or(ZoneMode::Ro),
+                    z.suffixes.as_deref(),
+                    z.max_file_bytes,
+                    approvals(z.approval.as_ref()),
+                    z.delivery.unwrap_or_default(),
+                )?;
+            }
+        } else if let Some(paths) = &rs.paths {
+            for (name, p) in paths {
+                let a = Approvals {
+                    read: if p.read_approval.unwrap_or(false) { Approval::Ask } else { Approval::PreApproved },
+                    write: if p.write_approval.unwrap_or(true) { Approval::Ask } else { Approval::PreApproved },
+                    delete: if p.write_approval.unwrap_or(true) { Approval::Ask } else { Approval::PreApproved },
+                };
+                builder.add(name, (p.root.value.clone(), p.root.referenced), None, p.mode.unwrap_or(ZoneMode::Ro), p.suffixes.as_deref(), p.max_file_bytes, a, Delivery::Bind)?;
+            }
+        } else if let Some(Spanned { value: RootField::Form(r), referenced, .. }) = &rs.root {
+            addressing = Addressing::Root;
+            let mode = if r.readonly.unwrap_or(false) { ZoneMode::Ro } else { ZoneMode::Rw };
+            let name = Spanned::new("/".to_string(), *referenced, *referenced);
+            builder.add(&name, (r.root.value.clone(), r.root.referenced), Some(("/".into(), *referenced)), mode, r.suffixes.as_deref(), r.max_file_bytes, approvals(r.approval.as_ref()), Delivery::Bind)?;
+        } else if let Some(mounts) = &rs.mounts {
+            for m in mounts {
+                let point = m.at.value.clone();
+                check_mount_point(&point).map_err(|msg| diag.spanned(&m.at, msg))?;
+                let name = Spanned::new(point.trim_start_matches('/').to_string(), m.at.referenced, m.at.defined);
+                builder.add(&name, (m.host.value.clone(), m.host.referenced), Some((point, m.at.referenced)), m.mode.unwrap_or(ZoneMode::Ro), m.suffixes.as_deref(), m.max_file_bytes, approvals(m.approval.as_ref()), m.delivery.unwrap_or_default())?;
+            }
+            if builder.mounts.iter().any(|m| m.mount_point == "/") {
+                if builder.mounts.len() > 1 {
+                    return Err(diag.whole("a mount at '/' must be the only mount (it is the root form)"));
+                }
+                addressing = Addressing::Root;
+            }
+        }
+        let mounts = builder.finish()?;
+
+        let (network, network_allow) = match rs.network.as_ref().map(|n| &n.value) {
+            None | Some(RawNetwork::Enabled(false)) => (false, None),
+            Some(RawNetwork::Enabled(true)) => (true, None),
+            Some(RawNetwork::Allow(list)) => (true, Some(list.clone())),
+        };
+        let sandbox = Sandbox::new(mounts, addressing, network).map_err(|e| diag.whole(e.to_string()))?;
+
+        let rd = raw.defaults.unwrap_or_default();
+        let defaults = Defaults {
+            image: rd.image.as_deref().map(ImageRef::from_name).unwrap_or(ImageRef::Host),
+            backend: rd.backend.unwrap_or_default(),
+            limits: rd.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default(),
+        };
+        let mut project = Project {
+            dir: dir.clone(),
+            file: Some(file.to_path_buf()),
+            sandbox,
+            network_allow,
+            require_os_sandbox: rs.require_os_sandbox.unwrap_or(true),
+            dynamic: rs.dynamic.unwrap_or(false),
+            defaults,
+            workers: BTreeMap::new(),
+        };
+        project.workers = worker::load_all(&project)?;
+        Ok(project)
+    }
+
+    /// The worker called `name`, or a message listing the ones that exist.
+    pub fn worker(&self, name: &str) -> Result<&Worker, String> {
+        self.workers.get(name).ok_or_else(|| {
+            let known: Vec<&str> = self.workers.keys().map(String::as_str).collect();
+            format!(
+                "no worker named '{name}' (looked for {}); known workers: {}",
+                self.dir.join("workers").join(format!("{name}.worker")).display(),
+                if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            )
+        })
+    }
+}
+
+/// The configuration used when a directory has no `workcell.yaml` (seed 003's defaults).
+pub const DEFAULT_CONFIG: &str = "sandbox:\n  mode: sandboxed\n  zones:\n    cache: {mode: rw}\n    workspace: {mode: rw}\n";
+
+fn approvals(raw: Option<&RawApproval>) -> Approvals {
+    let d = Approvals::default();
+    match raw {
+        None => d,
+        Some(r) => Approvals { read: r.read.unwrap_or(d.read), write: r.write.unwrap_or(d.write), delete: r.delete.unwrap_or(d.delete) },
+    }
+}
+
+fn check_relative_dir(s: &str) -> Result<(), String> {
+    if s.contains('\0') {
+        return Err("the sandbox folder contains a NUL byte".into());
+    }
+    if Path::new(s).is_absolute() || Path::new(s).components().any(|c| c == Component::ParentDir) {
+        return Err(format!("the sandbox folder '{s}' must be a relative path inside the project, without '..'"));
+    }
+    Ok(())
+}
+
+/// Checks a mount point: absolute, normalised, no `..`, NUL or reserved system directory.
+pub fn check_mount_point(p: &str) -> Result<(), String> {
+    if p.contains('\0') {
+        return Err(format!("mount point '{}' contains a NUL byte", p.escape_debug()));
+    }
+    if !p.starts_with('/') {
+        return Err(format!("mount point '{p}' must be absolute, like '/data'"));
+    }
+    if p.split('/').any(|c| c == ".." || c == ".") {
+        return Err(format!("mount point '{p}' may not contain '.' or '..' components"));
+    }
+    if p != "/" && (p.ends_with('/') || p.contains("//")) {
+        return Err(format!("mount point '{p}' must be normalised (no trailing or doubled '/')"));
+    }
+    if let Some(r) = RESERVED_MOUNT_POINTS.iter().find(|r| p == **r || p.starts_with(&format!("{r}/"))) {
+        return Err(format!(
+            "mount point '{p}' is inside the system directory '{r}', which every backend provides read-only; reserved: {}",
+            RESERVED_MOUNT_POINTS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn check_zone_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if !ok {
+        return Err(format!(
+            "invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit",
+            name.escape_debug()
+        ));
+    }
+    check_mount_point(&format!("/{name}"))
+}
+
+struct MountBuilder<'a> {
+    diag: &'a Diag,
+    dir: &'a Path,
+    sandboxed: bool,
+    folder: &'a str,
+    mounts: Vec<Mount>,
+    spans: Vec<Location>,
+}
+
+impl MountBuilder<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn add(
+        &mut self,
+        name: &Spanned<String>,
+        (host, host_loc): (String, Location),
+        point: Option<(String, Location)>,
+        mode: ZoneMode,
+        suffixes: Option<&[String]>,
+        max_file_bytes: Option<u64>,
+        approval: Approvals,
+        delivery: Delivery,
+    ) -> Result<(), ConfigError> {
+        let diag = self.diag;
+        let (mount_point, point_loc) = match point {
+            Some(p) => p,
+            None => {
+                check_zone_name(&name.value).map_err(|m| diag.spanned(name, m))?;
+                (format!("/{}", name.value), name.referenced)
+            }
+        };
+        if self.mounts.iter().any(|m| m.mount_point == mount_point) {
+            return Err(diag.at(point_loc, format!("duplicate mount point '{mount_point}': each mount needs its own")));
+        }
+        if host.contains('\0') {
+            return Err(diag.at(host_loc, "host path contains a NUL byte"));
+        }
+        let host_path = if self.sandboxed {
+            let rel = host.trim_start_matches("./");
+            check_relative_dir(rel).map_err(|m| diag.at(host_loc, m.replace("sandbox folder", "zone path in sandboxed mode")))?;
+            let p = self.dir.join(self.folder).join(rel);
+            std::fs::create_dir_all(&p).map_err(|e| diag.at(host_loc, format!("cannot create the zone directory '{}': {e}", p.display())))?;
+            p
+        } else {
+            let p = Path::new(&host);
+            if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) }
+        };
+        let host_path = match std::fs::canonicalize(&host_path) {
+            Ok(p) if p.is_dir() => p,
+            Ok(p) => return Err(diag.at(host_loc, format!("host path '{}' is not a directory", p.display()))),
+            Err(_) => {
+                return Err(diag.at(
+                    host_loc,
+                    format!("host directory '{}' does not exist; create it, or use `sandbox.mode: sandboxed` to have zones created under .sandbox/", host_path.display()),
+                ))
+            }
+        };
+        for (other, loc) in self.mounts.iter().zip(&self.spans) {
+            if host_path.starts_with(&other.host_path) || other.host_path.starts_with(&host_path) {
+                return Err(diag.at(
+                    host_loc,
+                    format!(
+                        "host directory of '{}' overlaps the one of '{}' (line {}); mounts must not share or nest host directories",
+                        mount_point, other.mount_point, loc.line()
+                    ),
+                ));
+            }
+        }
+        let mut seen = HashSet::new();
+        let suffixes = suffixes.map(|s| s.iter().map(|x| normalise_suffix(x)).filter(|x| seen.insert(x.clone())).collect());
+        self.spans.push(host_loc);
+        self.mounts.push(Mount {
+            name: name.value.clone(),
+            host_path,
+            mount_point,
+            mode,
+            suffixes,
+            max_file_bytes,
+            approval,
+            delivery,
+        });
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Vec<Mount>, ConfigError> {
+        Ok(self.mounts)
+    }
+}

@@ -1,0 +1,383 @@
+//! The configuration files as written: `workcell.yaml` and `workers/NAME.worker` front
+//! matter. Unknown keys are refused; values that later checks point at carry their
+//! line/column (`Spanned`). `workcell schema` prints the JSON Schema of these types.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use indexmap::IndexMap;
+use schemars::JsonSchema;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_saphyr::Spanned;
+
+use crate::sandbox::{Approval, Delivery, ZoneMode};
+
+/// `workcell.yaml`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "workcell.yaml")]
+pub struct RawProject {
+    /// Which host directories workers may see, and how.
+    pub sandbox: Option<RawSandbox>,
+    /// Defaults for every worker (image, backend, limits).
+    pub defaults: Option<RawDefaults>,
+}
+
+/// `sandbox:` of the project: exactly one of `zones`, `paths`, `root` (mapping) or `mounts`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawSandbox {
+    /// `direct` (zones are real directories, the default) or `sandboxed` (zones are created
+    /// under `root`, default `.sandbox`).
+    #[schemars(with = "Option<SandboxMode>")]
+    pub mode: Option<Spanned<SandboxMode>>,
+    /// A string: the folder of sandboxed mode. A mapping: the root form (one directory as `/`).
+    #[schemars(with = "Option<RootSchema>")]
+    pub root: Option<Spanned<RootField>>,
+    /// Named zones, mounted at `/<name>` (seed 003).
+    #[schemars(with = "Option<BTreeMap<String, RawZone>>")]
+    pub zones: Option<IndexMap<Spanned<String>, RawZone>>,
+    /// Named paths, mounted at `/<name>` (seeds 001/002).
+    #[schemars(with = "Option<BTreeMap<String, RawPathEntry>>")]
+    pub paths: Option<IndexMap<Spanned<String>, RawPathEntry>>,
+    /// The normalised form: explicit host directory and mount point.
+    pub mounts: Option<Vec<RawMount>>,
+    /// `false` (default), `true`, or `{allow: [domains]}`.
+    #[schemars(with = "Option<NetworkSchema>")]
+    pub network: Option<Spanned<RawNetwork>>,
+    /// Refuse to run without an OS or container boundary (default true).
+    pub require_os_sandbox: Option<bool>,
+    /// Allow access outside the sandbox to be granted during a session (seed 000).
+    pub dynamic: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxMode {
+    Direct,
+    Sandboxed,
+}
+
+/// Approval settings of a zone or mount.
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawApproval {
+    pub read: Option<Approval>,
+    pub write: Option<Approval>,
+    pub delete: Option<Approval>,
+}
+
+/// One zone of `zones:`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawZone {
+    /// Host directory, relative to the project (default `./<name>`).
+    #[schemars(with = "Option<String>")]
+    pub path: Option<Spanned<String>>,
+    /// `ro` (default) or `rw`.
+    pub mode: Option<ZoneMode>,
+    pub approval: Option<RawApproval>,
+    /// Allowed suffixes, e.g. `[.md, .pdf]` (case-insensitive).
+    pub suffixes: Option<Vec<String>>,
+    pub max_file_bytes: Option<u64>,
+    /// `bind` (default) or `copy`.
+    pub delivery: Option<Delivery>,
+}
+
+/// One entry of `paths:` (seeds 001/002).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawPathEntry {
+    /// Host directory, relative to the project.
+    #[schemars(with = "String")]
+    pub root: Spanned<String>,
+    pub mode: Option<ZoneMode>,
+    pub suffixes: Option<Vec<String>>,
+    pub max_file_bytes: Option<u64>,
+    /// `true` → reads ask; `false` → reads proceed (default false).
+    pub read_approval: Option<bool>,
+    /// `true` → writes and deletes ask (default); `false` → pre-approved.
+    pub write_approval: Option<bool>,
+}
+
+/// The root form (seed 004): one directory as virtual `/`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoot {
+    #[schemars(with = "String")]
+    pub root: Spanned<String>,
+    pub readonly: Option<bool>,
+    pub suffixes: Option<Vec<String>>,
+    pub max_file_bytes: Option<u64>,
+    pub approval: Option<RawApproval>,
+}
+
+/// `root:` is either the sandboxed-mode folder or the root form.
+#[derive(Debug)]
+pub enum RootField {
+    Folder(String),
+    Form(RawRoot),
+}
+
+/// Schema stand-in for [`RootField`].
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum RootSchema {
+    Folder(String),
+    Form(RawRoot),
+}
+
+impl<'de> Deserialize<'de> for RootField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RootField;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a folder name (sandboxed mode) or a mapping {root, readonly, suffixes, max_file_bytes}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RootField, E> {
+                Ok(RootField::Folder(v.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RootField, A::Error> {
+                RawRoot::deserialize(de::value::MapAccessDeserializer::new(map)).map(RootField::Form)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One entry of `mounts:`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawMount {
+    /// Host directory, relative to the project.
+    #[schemars(with = "String")]
+    pub host: Spanned<String>,
+    /// Absolute mount point, e.g. `/data`.
+    #[schemars(with = "String")]
+    pub at: Spanned<String>,
+    pub mode: Option<ZoneMode>,
+    pub suffixes: Option<Vec<String>>,
+    pub max_file_bytes: Option<u64>,
+    pub approval: Option<RawApproval>,
+    pub delivery: Option<Delivery>,
+}
+
+/// `network:` — a switch, or an allowlist of domains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawNetwork {
+    Enabled(bool),
+    Allow(Vec<String>),
+}
+
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum NetworkSchema {
+    Enabled(bool),
+    Allow {
+        allow: Vec<String>,
+    },
+}
+
+impl<'de> Deserialize<'de> for RawNetwork {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Allow {
+            allow: Vec<String>,
+        }
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawNetwork;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("true, false, or {allow: [domains]}")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawNetwork, E> {
+                Ok(RawNetwork::Enabled(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawNetwork, A::Error> {
+                Allow::deserialize(de::value::MapAccessDeserializer::new(map)).map(|a| RawNetwork::Allow(a.allow))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Which boundary runs a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, JsonSchema, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// Docker if the daemon answers, else bwrap, else Seatbelt on macOS.
+    #[default]
+    Auto,
+    Docker,
+    Bwrap,
+    Seatbelt,
+    /// No isolation; only when explicitly chosen.
+    None,
+}
+
+/// `defaults:` of the project.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawDefaults {
+    /// `host` (default: the host's own tools, read-only) or a local image name.
+    pub image: Option<String>,
+    pub backend: Option<BackendChoice>,
+    pub limits: Option<RawLimits>,
+}
+
+/// Resource limits. Durations like `30s`, `5m`; sizes like `512m`, `2g`.
+#[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    #[schemars(with = "Option<String>")]
+    pub timeout: Option<Spanned<String>>,
+    #[schemars(with = "Option<String>")]
+    pub memory: Option<Spanned<String>>,
+    pub cpus: Option<f64>,
+    pub pids: Option<i64>,
+}
+
+/// Front matter of `workers/NAME.worker`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "NAME.worker front matter")]
+pub struct RawWorker {
+    #[schemars(with = "Option<String>")]
+    pub name: Option<Spanned<String>>,
+    pub description: Option<String>,
+    /// `host` or a local image name.
+    pub image: Option<String>,
+    /// A folder with a Dockerfile, relative to the project.
+    pub build: Option<String>,
+    /// The command to run: a list of arguments, or one string split like a shell would.
+    #[schemars(with = "Option<CommandSchema>")]
+    pub command: Option<RawCommand>,
+    /// Environment for the worker. A `null` value passes the host's variable through.
+    pub env: Option<IndexMap<String, Option<String>>>,
+    /// Working directory inside the sandbox (default: the first writable zone, else `/tmp`).
+    pub workdir: Option<String>,
+    /// What the worker needs; no declaration means no file access.
+    pub sandbox: Option<RawWorkerSandbox>,
+    /// `false` turns the network off for this worker; `true` needs the project's network.
+    #[schemars(with = "Option<bool>")]
+    pub network: Option<Spanned<bool>>,
+    pub backend: Option<BackendChoice>,
+    /// Workers this one may call (`*` for any).
+    pub workers: Option<Vec<String>>,
+    pub shell_rules: Option<Vec<RawShellRule>>,
+    pub shell_default: Option<RawRule>,
+    pub tool_rules: Option<IndexMap<String, RawRule>>,
+    pub limits: Option<RawLimits>,
+    pub attachment_policy: Option<RawAttachmentPolicy>,
+}
+
+/// A worker's sandbox declaration: zone requests (seed 003) or allowlists (seed 004).
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkerSandbox {
+    pub zones: Option<Vec<RawZoneRequest>>,
+    pub inherit: Option<bool>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub allow_read: Option<Vec<Spanned<String>>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub allow_write: Option<Vec<Spanned<String>>>,
+    pub readonly: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawZoneRequest {
+    #[schemars(with = "String")]
+    pub name: Spanned<String>,
+    /// `ro` (default) or `rw`.
+    #[schemars(with = "Option<ZoneMode>")]
+    pub mode: Option<Spanned<ZoneMode>>,
+}
+
+/// A shell rule (seed 001 phase 6).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawShellRule {
+    /// Command prefix, matched on whole words (`git status`).
+    pub pattern: String,
+    /// Path arguments of a matching command must lie inside these sandbox paths.
+    #[serde(default)]
+    pub sandbox_paths: Vec<String>,
+    #[serde(default = "yes")]
+    pub approval_required: bool,
+    #[serde(default = "yes")]
+    pub allowed: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `allowed` / `approval_required` pair of `shell_default` and `tool_rules`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawRule {
+    pub allowed: Option<bool>,
+    pub approval_required: Option<bool>,
+}
+
+/// Limits on files passed to a child worker.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawAttachmentPolicy {
+    pub max_attachments: Option<usize>,
+    pub max_total_bytes: Option<u64>,
+    pub allowed_suffixes: Option<Vec<String>>,
+    pub denied_suffixes: Option<Vec<String>>,
+}
+
+/// `command:` as a list or a string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RawCommand {
+    Line(String),
+    Args(Vec<String>),
+}
+
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum CommandSchema {
+    Line(String),
+    Args(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for RawCommand {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawCommand;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a command line string or a list of arguments")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawCommand, E> {
+                Ok(RawCommand::Line(v.to_string()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawCommand, A::Error> {
+                let mut args = Vec::new();
+                while let Some(a) = seq.next_element::<String>()? {
+                    args.push(a);
+                }
+                Ok(RawCommand::Args(args))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The JSON Schemas of both file kinds, as `workcell schema` prints them.
+pub fn schemas() -> serde_json::Value {
+    serde_json::json!({
+        "workcell.yaml": schemars::schema_for!(RawProject),
+        "worker": schemars::schema_for!(RawWorker),
+    })
+}

@@ -1,0 +1,261 @@
+//! Worker files: `workers/NAME.worker`, YAML front matter between `---` lines, then the
+//! instructions. Each worker's sandbox declaration is applied to the project sandbox at load
+//! time, so an impossible declaration is refused with its line and column.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use indexmap::IndexMap;
+
+use super::raw::{BackendChoice, RawCommand, RawWorker, RawWorkerSandbox};
+use super::{limits_from, ConfigError, Diag, ImageRef, Limits, Project};
+use crate::sandbox::{DeriveSpec, Sandbox, SandboxError, ZoneMode, ZoneRequest};
+
+/// How a worker declares the sandbox it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxDecl {
+    /// Nothing declared: no file access.
+    None,
+    /// `zones: [{name, mode}]` (seed 003).
+    Zones(Vec<ZoneRequest>),
+    /// `{inherit, allow_read, allow_write, readonly}` (seed 004).
+    Derive(DeriveSpec),
+}
+
+impl SandboxDecl {
+    /// The sandbox a worker with this declaration gets when run (or called) from `parent`.
+    pub fn apply(&self, parent: &Sandbox) -> Result<Sandbox, SandboxError> {
+        match self {
+            SandboxDecl::None => Ok(parent.empty_like()),
+            SandboxDecl::Zones(z) => parent.derive_zones(z),
+            SandboxDecl::Derive(spec) => parent.derive(spec),
+        }
+    }
+}
+
+/// A shell rule (seed 001 phase 6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellRule {
+    pub pattern: String,
+    pub sandbox_paths: Vec<String>,
+    pub approval_required: bool,
+    pub allowed: bool,
+}
+
+/// An `allowed` / `approval_required` pair (`shell_default`, `tool_rules.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Rule {
+    pub allowed: Option<bool>,
+    pub approval_required: Option<bool>,
+}
+
+/// Limits on files passed to a child worker.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AttachmentPolicy {
+    pub max_attachments: Option<usize>,
+    pub max_total_bytes: Option<u64>,
+    pub allowed_suffixes: Option<Vec<String>>,
+    pub denied_suffixes: Option<Vec<String>>,
+}
+
+/// A validated worker definition with its effective sandbox under the project.
+#[derive(Debug, Clone)]
+pub struct Worker {
+    pub name: String,
+    pub file: PathBuf,
+    pub description: Option<String>,
+    pub image: Option<ImageRef>,
+    pub command: Option<Vec<String>>,
+    /// `None` values pass the host variable through.
+    pub env: IndexMap<String, Option<String>>,
+    pub workdir: Option<String>,
+    pub decl: SandboxDecl,
+    /// The worker's sandbox when run directly from the project.
+    pub sandbox: Sandbox,
+    pub backend: Option<BackendChoice>,
+    pub workers: Vec<String>,
+    pub shell_rules: Vec<ShellRule>,
+    pub shell_default: Rule,
+    pub tool_rules: IndexMap<String, Rule>,
+    /// The worker's own limits merged over the project defaults.
+    pub limits: Limits,
+    pub attachment_policy: AttachmentPolicy,
+    /// The body of the file: instructions handed to the worker.
+    pub instructions: String,
+}
+
+/// Splits `---\n<yaml>\n---\n<body>`; returns (yaml, line offset of the yaml, body).
+fn split_front_matter(text: &str) -> Option<(&str, u64, &str)> {
+    let rest = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n"))?;
+    let mut offset = 0usize;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            let yaml = &rest[..offset];
+            let body = &rest[offset + line.len()..];
+            return Some((yaml, 1, body));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// Loads every `workers/*.worker` of the project, sorted by name.
+pub(super) fn load_all(project: &Project) -> Result<BTreeMap<String, Worker>, ConfigError> {
+    let dir = project.dir.join("workers");
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(out) };
+    let mut files: Vec<PathBuf> =
+        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "worker")).collect();
+    files.sort();
+    for f in files {
+        let w = load(&f, project)?;
+        out.insert(w.name.clone(), w);
+    }
+    Ok(out)
+}
+
+/// Parses one worker file against the project.
+pub fn load(file: &Path, project: &Project) -> Result<Worker, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+        file: file.to_path_buf(),
+        line: 0,
+        column: 0,
+        message: format!("cannot read the worker file: {e}"),
+    })?;
+    parse(&text, file, project)
+}
+
+/// Parses worker text as if read from `file`.
+pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, ConfigError> {
+    let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let (yaml, line_offset, body) = split_front_matter(text).ok_or_else(|| ConfigError {
+        file: file.to_path_buf(),
+        line: 1,
+        column: 1,
+        message: "a worker file starts with a '---' line, then YAML front matter, then a closing '---' line".into(),
+    })?;
+    let diag = Diag { file: file.to_path_buf(), line_offset };
+    let raw: RawWorker = if yaml.trim().is_empty() { RawWorker::default() } else { diag.parse(yaml)? };
+
+    let name = match &raw.name {
+        Some(n) if n.value != stem => {
+            return Err(diag.spanned(n, format!("worker name '{}' differs from its file name '{stem}.worker'; they must match", n.value)))
+        }
+        _ => stem,
+    };
+    let command = match &raw.command {
+        None => None,
+        Some(RawCommand::Args(a)) if a.is_empty() => return Err(diag.whole("command is an empty list; give at least the program")),
+        Some(RawCommand::Args(a)) => Some(a.clone()),
+        Some(RawCommand::Line(l)) => Some(
+            shlex::split(l)
+                .filter(|a| !a.is_empty())
+                .ok_or_else(|| diag.whole(format!("command '{l}' cannot be split into arguments (unbalanced quotes?)")))?,
+        ),
+    };
+    let decl = declaration(raw.sandbox.as_ref(), &diag, &project.sandbox)?;
+    let mut sandbox = decl.apply(&project.sandbox).map_err(|e| diag.whole(e.to_string()))?;
+    match &raw.network {
+        Some(n) if n.value && !project.sandbox.network() => {
+            return Err(diag.spanned(n, "network: true needs the project's network; the project sets network: false (the default)"))
+        }
+        Some(n) if !n.value => sandbox = sandbox.without_network(),
+        _ => {}
+    }
+    let own_limits = raw.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default();
+    let image = match (&raw.image, &raw.build) {
+        (Some(_), Some(_)) => return Err(diag.whole("give either image or build, not both")),
+        (Some(i), None) => Some(ImageRef::from_name(i)),
+        (None, Some(b)) => Some(ImageRef::Build(project.dir.join(b))),
+        (None, None) => None,
+    };
+    Ok(Worker {
+        name,
+        file: file.to_path_buf(),
+        description: raw.description,
+        image,
+        command,
+        env: raw.env.unwrap_or_default(),
+        workdir: raw.workdir,
+        decl,
+        sandbox,
+        backend: raw.backend,
+        workers: raw.workers.unwrap_or_default(),
+        shell_rules: raw
+            .shell_rules
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| ShellRule { pattern: r.pattern, sandbox_paths: r.sandbox_paths, approval_required: r.approval_required, allowed: r.allowed })
+            .collect(),
+        shell_default: raw.shell_default.map(|r| Rule { allowed: r.allowed, approval_required: r.approval_required }).unwrap_or_default(),
+        tool_rules: raw
+            .tool_rules
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, r)| (k, Rule { allowed: r.allowed, approval_required: r.approval_required }))
+            .collect(),
+        limits: own_limits.or(project.defaults.limits),
+        attachment_policy: raw
+            .attachment_policy
+            .map(|a| AttachmentPolicy {
+                max_attachments: a.max_attachments,
+                max_total_bytes: a.max_total_bytes,
+                allowed_suffixes: a.allowed_suffixes,
+                denied_suffixes: a.denied_suffixes,
+            })
+            .unwrap_or_default(),
+        instructions: body.to_string(),
+    })
+}
+
+/// Validates a sandbox declaration against the project, pointing at the offending value.
+fn declaration(raw: Option<&RawWorkerSandbox>, diag: &Diag, project: &Sandbox) -> Result<SandboxDecl, ConfigError> {
+    let Some(raw) = raw else { return Ok(SandboxDecl::None) };
+    let derive_form = raw.inherit.is_some() || raw.allow_read.is_some() || raw.allow_write.is_some() || raw.readonly.is_some();
+    if let Some(zones) = &raw.zones {
+        if derive_form {
+            return Err(diag.whole("sandbox declares both zones and inherit/allow_read/allow_write/readonly; use one form"));
+        }
+        let defined: Vec<&str> = project.mounts().iter().map(|m| m.name.as_str()).collect();
+        let mut reqs = Vec::new();
+        for z in zones {
+            let mode = z.mode.as_ref().map(|m| m.value).unwrap_or(ZoneMode::Ro);
+            let Some(mount) = project.mounts().iter().find(|m| m.name == z.name.value) else {
+                return Err(diag.spanned(
+                    &z.name,
+                    format!("worker declares zone '{}', which the project does not define; defined zones: {}", z.name.value, defined.join(", ")),
+                ));
+            };
+            if mode == ZoneMode::Rw && mount.mode == ZoneMode::Ro {
+                let at = z.mode.as_ref().map(|m| m.referenced).unwrap_or(z.name.referenced);
+                return Err(diag.at(at, format!("worker requests 'rw' on zone '{}' but the project only has 'ro'; use mode: ro", z.name.value)));
+            }
+            if reqs.iter().any(|r: &ZoneRequest| r.name == z.name.value) {
+                return Err(diag.spanned(&z.name, format!("zone '{}' is declared twice", z.name.value)));
+            }
+            reqs.push(ZoneRequest { name: z.name.value.clone(), mode });
+        }
+        return Ok(SandboxDecl::Zones(reqs));
+    }
+    // Check each allowlist entry on its own so the error points at it.
+    for (list, write) in [(&raw.allow_read, false), (&raw.allow_write, true)] {
+        for entry in list.iter().flatten() {
+            let spec = DeriveSpec {
+                inherit: false,
+                allow_read: Some(vec![entry.value.clone()]),
+                allow_write: write.then(|| vec![entry.value.clone()]),
+                readonly: None,
+            };
+            if let Err(e) = project.derive(&spec) {
+                return Err(diag.spanned(entry, e.to_string()));
+            }
+        }
+    }
+    let strings = |l: &Option<Vec<serde_saphyr::Spanned<String>>>| l.as_ref().map(|v| v.iter().map(|s| s.value.clone()).collect());
+    Ok(SandboxDecl::Derive(DeriveSpec {
+        inherit: raw.inherit.unwrap_or(false),
+        allow_read: strings(&raw.allow_read),
+        allow_write: strings(&raw.allow_write),
+        readonly: raw.readonly,
+    }))
+}

@@ -1,0 +1,11 @@
+//! workcell: run untrusted work inside an isolation boundary derived from a declarative
+//! sandbox.
+//!
+//! Data flows one way (SPEC §2): [`config`] parses and validates the YAML into a
+//! [`sandbox::Sandbox`]; `derive()` narrows it per worker; [`plan`] turns a worker's
+//! effective sandbox into a backend-neutral launch plan that a backend renders and runs.
+
+pub mod config;
+pub mod sandbox;
+pub mod plan;
+pub mod cli;

@@ -1,0 +1,299 @@
+//! `LaunchPlan`: what a run needs, independent of the backend that carries it out.
+//!
+//! A plan is computed once from a worker's effective sandbox, the worker's fields and the
+//! command-line overrides. Backends only *render* it (Docker settings, bwrap argv, Seatbelt
+//! profile) and run the rendering; none of them re-reads configuration.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::config::{ImageRef, Limits, Project, Worker};
+use crate::sandbox::{Addressing, Sandbox};
+
+/// Where a root-form sandbox (one directory as virtual `/`) appears inside a worker.
+pub const ROOT_FORM_MOUNT_POINT: &str = "/sandbox";
+/// Label every container and image workcell creates carries.
+pub const LABEL_MANAGED: &str = "dev.workcell.managed";
+pub const LABEL_RUN: &str = "dev.workcell.run";
+pub const LABEL_WORKER: &str = "dev.workcell.worker";
+pub const LABEL_PROJECT: &str = "dev.workcell.project";
+/// PATH inside every worker.
+pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// Default limits when neither the worker nor the project sets them.
+pub const DEFAULT_PIDS: i64 = 512;
+pub const DEFAULT_MEMORY: u64 = 2 << 30;
+
+/// A host directory bound into the worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlanMount {
+    /// Absolute, canonical host directory.
+    pub source: PathBuf,
+    /// Absolute path inside the worker.
+    pub target: String,
+    pub read_only: bool,
+}
+
+/// One entry of the host system layout a worker sees with `image: host`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum SystemEntry {
+    /// A host directory or file bound read-only at the same path.
+    Bind { path: String },
+    /// A symbolic link, as on the host (`/bin` → `usr/bin`).
+    Symlink { path: String, target: String },
+}
+
+/// A private in-memory file system.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TmpfsMount {
+    pub target: String,
+    pub size_bytes: u64,
+}
+
+/// The user the worker runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct UserSpec {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Everything a backend needs to start one run. Serialises to the `workcell plan --json`
+/// output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaunchPlan {
+    pub run_id: String,
+    pub worker: Option<String>,
+    pub image: ImageRef,
+    /// Host system layout (only for `image: host`; empty for named images).
+    pub system: Vec<SystemEntry>,
+    /// Zones, in mount order (outer directories before nested ones).
+    pub mounts: Vec<PlanMount>,
+    pub tmpfs: Vec<TmpfsMount>,
+    pub network: bool,
+    pub env: BTreeMap<String, String>,
+    pub user: UserSpec,
+    pub workdir: String,
+    pub command: Vec<String>,
+    pub limits: Limits,
+    pub labels: BTreeMap<String, String>,
+    pub interactive: bool,
+    pub tty: bool,
+}
+
+/// Command-line choices that override the worker and project.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub image: Option<String>,
+    pub command: Option<Vec<String>>,
+    /// `Some(true)` from `--network`.
+    pub network: Option<bool>,
+    pub limits: Limits,
+    /// `K=V` sets a variable; `K` passes the host's value through.
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    pub interactive: bool,
+    pub tty: bool,
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("nothing to run: the worker has no command; give one after `--`, e.g. `workcell run {worker} -- sh -c 'ls /'`")]
+    NoCommand { worker: String },
+    #[error("invalid --env '{0}': use NAME=VALUE to set a variable or NAME to pass the host's value through")]
+    BadEnv(String),
+    #[error("network: {{allow: [...]}} (a domain allowlist) is not enforced by any backend yet; use network: true or false")]
+    DomainAllowlist,
+    #[error("zone '{0}' uses delivery: copy, which no backend implements yet; use delivery: bind")]
+    CopyDelivery(String),
+    #[error("workdir '{0}' must be an absolute path inside the worker")]
+    BadWorkdir(String),
+}
+
+/// A fresh run id: 16 hex digits from the clock and the process id.
+pub fn new_run_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let mixed = (nanos as u64) ^ ((std::process::id() as u64) << 40) ^ (nanos >> 64) as u64;
+    format!("{:016x}", mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
+/// The host system layout bound read-only for `image: host`: directories bound, top-level
+/// symlinks (merged `/usr`) recreated, and the few `/etc` entries programs need.
+pub fn host_system_layout() -> Vec<SystemEntry> {
+    host_system_layout_at(Path::new("/"))
+}
+
+/// [`host_system_layout`] for a host root other than `/` (tests).
+pub fn host_system_layout_at(root: &Path) -> Vec<SystemEntry> {
+    const TOP: &[&str] = &["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+    const ETC: &[&str] = &["etc/alternatives", "etc/ld.so.cache", "etc/ld.so.conf", "etc/ld.so.conf.d", "etc/ssl", "etc/ca-certificates", "etc/localtime"];
+    let mut out = Vec::new();
+    for name in TOP.iter().chain(ETC) {
+        let p = root.join(name);
+        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        let path = format!("/{name}");
+        if meta.file_type().is_symlink() {
+            if let Ok(target) = std::fs::read_link(&p) {
+                out.push(SystemEntry::Symlink { path, target: target.to_string_lossy().into_owned() });
+            }
+        } else {
+            out.push(SystemEntry::Bind { path });
+        }
+    }
+    out
+}
+
+/// Where the mounts of `sandbox` appear inside a worker: zones at their mount points; the
+/// root form at [`ROOT_FORM_MOUNT_POINT`]. An area is mounted read-write only when it is
+/// writable *and* its mount's writes and deletes are pre-approved; otherwise writes must go
+/// through the tool service, which asks.
+pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
+    let target_of = |sandbox_path: &str| match sandbox.addressing() {
+        Addressing::Zones => sandbox_path.to_string(),
+        Addressing::Root => {
+            let rest = sandbox_path.trim_start_matches('/');
+            if rest.is_empty() {
+                ROOT_FORM_MOUNT_POINT.to_string()
+            } else {
+                format!("{ROOT_FORM_MOUNT_POINT}/{rest}")
+            }
+        }
+    };
+    let preapproved = |mount: &str| sandbox.mounts().iter().any(|m| m.name == mount && m.approval.writes_preapproved());
+    let writable: Vec<_> = sandbox.writable_areas().into_iter().filter(|a| preapproved(&a.mount)).collect();
+    let mut out: Vec<PlanMount> = Vec::new();
+    for a in sandbox.readable_areas() {
+        let rw = writable.iter().any(|w| w.sandbox_path == a.sandbox_path);
+        out.push(PlanMount { source: a.host_path, target: target_of(&a.sandbox_path), read_only: !rw });
+    }
+    // Writable areas nested inside a read-only area get their own read-write mount.
+    for w in writable {
+        if !out.iter().any(|m| m.target == target_of(&w.sandbox_path)) {
+            out.push(PlanMount { source: w.host_path, target: target_of(&w.sandbox_path), read_only: false });
+        }
+    }
+    out.sort_by(|a, b| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
+    out
+}
+
+fn invoking_user() -> UserSpec {
+    // SAFETY-free: getuid/getgid cannot fail.
+    UserSpec { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() }
+}
+
+impl LaunchPlan {
+    /// Computes the plan for `worker` (or an ad-hoc command) running in `sandbox`.
+    pub fn build(project: &Project, worker: Option<&Worker>, sandbox: &Sandbox, ov: &Overrides) -> Result<LaunchPlan, PlanError> {
+        for m in mounts_for(sandbox).iter() {
+            if let Some(mount) = sandbox.mounts().iter().find(|x| m.source.starts_with(&x.host_path) && x.delivery == crate::sandbox::Delivery::Copy) {
+                return Err(PlanError::CopyDelivery(mount.name.clone()));
+            }
+        }
+        let run_id = new_run_id();
+        let worker_name = worker.map(|w| w.name.clone());
+        let command = ov
+            .command
+            .clone()
+            .or_else(|| worker.and_then(|w| w.command.clone()))
+            .ok_or_else(|| PlanError::NoCommand { worker: worker_name.clone().unwrap_or_else(|| "WORKER".into()) })?;
+        let image = match &ov.image {
+            Some(i) => ImageRef::from_name(i),
+            None => worker.and_then(|w| w.image.clone()).unwrap_or_else(|| project.defaults.image.clone()),
+        };
+        let network = ov.network.unwrap_or(false) || sandbox.network();
+        if network && project.network_allow.is_some() && ov.network.is_none() {
+            return Err(PlanError::DomainAllowlist);
+        }
+        let mounts = mounts_for(sandbox);
+        let workdir = match ov.workdir.clone().or_else(|| worker.and_then(|w| w.workdir.clone())) {
+            Some(w) if w.starts_with('/') => w,
+            Some(w) => return Err(PlanError::BadWorkdir(w)),
+            None => mounts.iter().find(|m| !m.read_only).or(mounts.first()).map(|m| m.target.clone()).unwrap_or_else(|| "/tmp".into()),
+        };
+
+        let mut env = BTreeMap::new();
+        env.insert("PATH".to_string(), WORKER_PATH.to_string());
+        env.insert("HOME".to_string(), "/tmp".to_string());
+        env.insert("LANG".to_string(), "C.UTF-8".to_string());
+        if ov.tty {
+            env.insert("TERM".to_string(), std::env::var("TERM").unwrap_or_else(|_| "xterm".into()));
+        }
+        env.insert("WORKCELL_RUN_ID".to_string(), run_id.clone());
+        if let Some(w) = &worker_name {
+            env.insert("WORKCELL_WORKER".to_string(), w.clone());
+        }
+        let zones: Vec<String> = mounts.iter().map(|m| format!("{}:{}", m.target, if m.read_only { "ro" } else { "rw" })).collect();
+        env.insert("WORKCELL_ZONES".to_string(), zones.join(","));
+        env.insert("WORKCELL_NETWORK".to_string(), if network { "1" } else { "0" }.to_string());
+        if let Some(w) = worker {
+            for (k, v) in &w.env {
+                match v {
+                    Some(v) => {
+                        env.insert(k.clone(), v.clone());
+                    }
+                    None => {
+                        if let Ok(v) = std::env::var(k) {
+                            env.insert(k.clone(), v);
+                        }
+                    }
+                }
+            }
+        }
+        for e in &ov.env {
+            match e.split_once('=') {
+                Some((k, v)) if valid_env_name(k) => {
+                    env.insert(k.to_string(), v.to_string());
+                }
+                None if valid_env_name(e) => {
+                    if let Ok(v) = std::env::var(e) {
+                        env.insert(e.clone(), v);
+                    }
+                }
+                _ => return Err(PlanError::BadEnv(e.clone())),
+            }
+        }
+
+        let base = worker.map(|w| w.limits).unwrap_or(project.defaults.limits);
+        let mut limits = ov.limits.or(base);
+        limits.pids = limits.pids.or(Some(DEFAULT_PIDS));
+        limits.memory_bytes = limits.memory_bytes.or(Some(DEFAULT_MEMORY));
+
+        let mut labels = BTreeMap::new();
+        labels.insert(LABEL_MANAGED.to_string(), "true".to_string());
+        labels.insert(LABEL_RUN.to_string(), run_id.clone());
+        labels.insert(LABEL_PROJECT.to_string(), project.dir.display().to_string());
+        if let Some(w) = &worker_name {
+            labels.insert(LABEL_WORKER.to_string(), w.clone());
+        }
+        let system = if image == ImageRef::Host { host_system_layout() } else { Vec::new() };
+        Ok(LaunchPlan {
+            run_id,
+            worker: worker_name,
+            image,
+            system,
+            mounts,
+            tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
+            network,
+            env,
+            user: invoking_user(),
+            workdir,
+            command,
+            limits,
+            labels,
+            interactive: ov.interactive,
+            tty: ov.tty,
+        })
+    }
+
+    /// The timeout, if any.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.limits.timeout
+    }
+}
+
+fn valid_env_name(k: &str) -> bool {
+    !k.is_empty() && !k.starts_with(|c: char| c.is_ascii_digit()) && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}

@@ -1,0 +1,216 @@
+//! Child sandboxes: `derive()` (seed 004) and zone declarations (seed 003). Both only ever
+//! shrink the parent's areas; asking for more is an [`SandboxError::Escalation`].
+
+use std::sync::Arc;
+
+use super::path::VirtualPath;
+use super::{Addressing, Area, AreaKey, PathList, Sandbox, SandboxError, ZoneMode};
+
+/// Arguments of [`Sandbox::derive`], exactly as seed 004 names them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeriveSpec {
+    /// Start from the parent's full access (true) or from nothing (false, the default).
+    pub inherit: bool,
+    /// Sandbox paths the child may read; `None` = no further restriction.
+    pub allow_read: Option<Vec<String>>,
+    /// Sandbox paths the child may write; `None` = none when `allow_read` is given.
+    pub allow_write: Option<Vec<String>>,
+    /// `Some(true)` forbids every write; `Some(false)` requires the parent to have writes.
+    pub readonly: Option<bool>,
+}
+
+/// One zone a worker declares it needs (seed 003).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZoneRequest {
+    pub name: String,
+    pub mode: ZoneMode,
+}
+
+impl Sandbox {
+    fn escalation(&self, requested: String, reason: String) -> SandboxError {
+        SandboxError::Escalation {
+            requested,
+            reason,
+            parent_readable: PathList(self.readable_roots()),
+            parent_writable: PathList(self.writable_roots()),
+        }
+    }
+
+    /// Resolves an allowlist entry to an area key inside the parent: the entry must be
+    /// readable (and, for writes, writable) in the parent; a file stands for its directory.
+    fn allow_entry(&self, entry: &str, write: bool) -> Result<(AreaKey, Arc<cap_std::fs::Dir>), SandboxError> {
+        let what = if write { "allow_write" } else { "allow_read" };
+        if self.addressing() == Addressing::Root && !entry.starts_with('/') {
+            return Err(self.escalation(
+                format!("{what}='{entry}'"),
+                "in a root sandbox allowlist entries must be sandbox-absolute, like '/src'".into(),
+            ));
+        }
+        if entry.replace('\\', "/").split('/').any(|c| c == "..") {
+            return Err(self.escalation(format!("{what}='{entry}'"), "allowlist entries may not contain '..'".into()));
+        }
+        // A bare zone name means the whole zone.
+        let vp = match self.parse(entry) {
+            Ok(vp) => vp,
+            Err(SandboxError::OutsideSandbox { .. }) | Err(SandboxError::InvalidPath { .. }) => {
+                return Err(self.escalation(format!("{what}='{entry}'"), format!("'{entry}' is not inside the parent sandbox")))
+            }
+            Err(e) => return Err(e),
+        };
+        let areas = if write { &self.writable } else { &self.readable };
+        let Some(area) = areas.iter().filter(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })).max_by_key(|a| a.key.prefix.len()) else {
+            let reason = if write && self.readable.iter().any(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })) {
+                format!("'{entry}' is read-only in the parent sandbox")
+            } else {
+                format!("'{entry}' is not inside the parent sandbox")
+            };
+            return Err(self.escalation(format!("{what}='{entry}'"), reason));
+        };
+        let mut rel = vp.rel[area.key.prefix.len()..].to_vec();
+        // A file entry stands for its parent directory.
+        let is_dir = |rel: &[String]| match area.dir.metadata(super::io::rel_path(rel)) {
+            Ok(m) => Ok(m.is_dir()),
+            Err(e) => Err(e),
+        };
+        match is_dir(&rel) {
+            Ok(true) => {}
+            Ok(false) => {
+                rel.pop();
+            }
+            Err(e) => return Err(self.io_error("derive", entry, &e)),
+        }
+        let dir = if rel.is_empty() {
+            area.dir.clone()
+        } else {
+            Arc::new(area.dir.open_dir(super::io::rel_path(&rel)).map_err(|e| self.io_error("derive", entry, &e))?)
+        };
+        let mut prefix = area.key.prefix.clone();
+        prefix.extend(rel);
+        Ok((AreaKey { mount: vp.mount, prefix }, dir))
+    }
+
+    /// Derives a child sandbox that can see at most what this one can (seed 004).
+    ///
+    /// Child readable = parent readable ∩ allow_read (or everything/nothing per `inherit`),
+    /// child writable = parent writable ∩ allow_write; write implies read. Entries outside
+    /// the parent's bounds are escalations, not silent no-ops.
+    pub fn derive(&self, spec: &DeriveSpec) -> Result<Sandbox, SandboxError> {
+        let mut allow_read = spec.allow_read.clone();
+        let mut allow_write = spec.allow_write.clone();
+        if allow_read.is_none() && allow_write.is_some() {
+            allow_read = allow_write.clone();
+        }
+        if allow_read.is_some() && allow_write.is_none() {
+            allow_write = Some(Vec::new());
+        }
+        if spec.readonly == Some(false) && self.writable.is_empty() {
+            return Err(self.escalation("readonly=false".into(), "parent sandbox is readonly".into()));
+        }
+
+        let read_grants = allow_read
+            .as_ref()
+            .map(|list| list.iter().map(|e| self.allow_entry(e, false)).collect::<Result<Vec<_>, _>>())
+            .transpose()?;
+        let write_grants = allow_write
+            .as_ref()
+            .map(|list| list.iter().map(|e| self.allow_entry(e, true)).collect::<Result<Vec<_>, _>>())
+            .transpose()?;
+
+        let mut readable = match read_grants {
+            Some(grants) => intersect(&self.readable, grants),
+            None if spec.inherit => self.readable.clone(),
+            None => Vec::new(),
+        };
+        let mut writable = match write_grants {
+            Some(grants) => intersect(&self.writable, grants),
+            None if spec.inherit => self.writable.clone(),
+            None => Vec::new(),
+        };
+        if spec.readonly == Some(true) {
+            writable.clear();
+        }
+        // Write implies read.
+        readable.extend(writable.iter().cloned());
+        Ok(Sandbox {
+            mounts: self.mounts.clone(),
+            addressing: self.addressing,
+            readable: minimise(readable),
+            writable: minimise(writable),
+            network: self.network,
+        })
+    }
+
+    /// Derives a child from zone declarations (seed 003): only the declared zones, at most
+    /// the parent's mode in each. `rw` over a parent's `ro` is an error.
+    pub fn derive_zones(&self, requests: &[ZoneRequest]) -> Result<Sandbox, SandboxError> {
+        let mut readable = Vec::new();
+        let mut writable = Vec::new();
+        for req in requests {
+            let Some(mount) = self.mounts().iter().position(|m| m.name == req.name) else {
+                return Err(self.escalation(format!("zone '{}'", req.name), format!("the parent has no zone named '{}'", req.name)));
+            };
+            let in_zone = |areas: &[Area]| areas.iter().filter(|a| a.key.mount == mount).cloned().collect::<Vec<_>>();
+            let r = in_zone(&self.readable);
+            if r.is_empty() {
+                return Err(self.escalation(format!("zone '{}' ({})", req.name, req.mode), format!("the parent has no access to zone '{}'", req.name)));
+            }
+            if req.mode == ZoneMode::Rw {
+                let w = in_zone(&self.writable);
+                if w.is_empty() {
+                    return Err(self.escalation(
+                        format!("zone '{}' (rw)", req.name),
+                        format!("child requests 'rw' on zone '{}' but the parent only has 'ro'", req.name),
+                    ));
+                }
+                writable.extend(w);
+            }
+            readable.extend(r);
+        }
+        Ok(Sandbox {
+            mounts: self.mounts.clone(),
+            addressing: self.addressing,
+            readable: minimise(readable),
+            writable: minimise(writable),
+            network: self.network,
+        })
+    }
+
+    /// True when every area of `self` lies inside an area of `parent` (readable and
+    /// writable separately): the invariant every derive keeps.
+    pub fn is_within(&self, parent: &Sandbox) -> bool {
+        let inside = |mine: &[Area], theirs: &[Area]| mine.iter().all(|a| theirs.iter().any(|p| p.key.contains(&a.key)));
+        inside(&self.readable, &parent.readable) && inside(&self.writable, &parent.writable)
+    }
+
+    /// The parsed form of a path, for callers that compare paths (delegation, tests).
+    pub fn parse_for_compare(&self, path: &str) -> Result<VirtualPath, SandboxError> {
+        self.parse(path)
+    }
+}
+
+/// Parent areas ∩ granted areas: for each pair, the narrower one when nested.
+fn intersect(parent: &[Area], grants: Vec<(AreaKey, Arc<cap_std::fs::Dir>)>) -> Vec<Area> {
+    let mut out = Vec::new();
+    for (key, dir) in grants {
+        for p in parent {
+            if p.key.contains(&key) {
+                out.push(Area { key: key.clone(), dir: dir.clone() });
+            } else if key.contains(&p.key) {
+                out.push(p.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Drops duplicates and areas already covered by a wider one.
+fn minimise(mut areas: Vec<Area>) -> Vec<Area> {
+    areas.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut out: Vec<Area> = Vec::new();
+    for a in areas {
+        if !out.iter().any(|o| o.key.contains(&a.key)) {
+            out.push(a);
+        }
+    }
+    out
+}

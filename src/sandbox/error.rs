@@ -1,0 +1,97 @@
+//! Refusals of the sandbox, written for the reader who has to act on them: often an LLM.
+//!
+//! Every message says what was asked and what *is* allowed. Messages name sandbox paths
+//! (`/data/report.md`) and never the host paths behind mount points.
+
+use std::fmt;
+
+/// A list of sandbox paths shown in an error ("Readable paths: /data, /out").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathList(pub Vec<String>);
+
+impl fmt::Display for PathList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("none")
+        } else {
+            f.write_str(&self.0.join(", "))
+        }
+    }
+}
+
+/// Why the sandbox refused an operation. One variant per kind of refusal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// The path is not a sandbox path at all (NUL, `~`, drive letter, host path).
+    #[error("Cannot use '{path}': {reason}.\nReadable paths: {readable}")]
+    InvalidPath { path: String, reason: String, readable: PathList },
+
+    /// The path resolves outside every readable area (`..`, symlinks, unknown zone).
+    #[error("Cannot access '{path}': path is outside the sandbox{detail}.\nReadable paths: {readable}")]
+    OutsideSandbox { path: String, detail: String, readable: PathList },
+
+    /// The path is readable but not writable.
+    #[error("Cannot write to '{path}': path is read-only.\nWritable paths: {writable}")]
+    NotWritable { path: String, writable: PathList },
+
+    /// The file's suffix is not in the mount's suffix list.
+    #[error("Cannot access '{path}': suffix not allowed.\nAllowed suffixes: {allowed}")]
+    SuffixNotAllowed { path: String, allowed: PathList },
+
+    /// The file (or the content to write) exceeds the mount's `max_file_bytes`.
+    #[error("Cannot {op} '{path}': file too large ({size} bytes).\nMaximum allowed: {limit} bytes")]
+    TooLarge { op: &'static str, path: String, size: u64, limit: u64 },
+
+    /// A derived sandbox asked for more than its parent has.
+    #[error("Cannot create child sandbox with {requested}: {reason}. Child sandboxes may only restrict access.\nParent can read: {parent_readable}\nParent can write: {parent_writable}")]
+    Escalation {
+        requested: String,
+        reason: String,
+        parent_readable: PathList,
+        parent_writable: PathList,
+    },
+
+    /// Nothing exists at the path.
+    #[error("Cannot access '{path}': no such file or directory.{hint}")]
+    NotFound { path: String, hint: String },
+
+    /// `edit` needs the old text to occur exactly once.
+    #[error("Cannot edit '{path}': the text to replace occurs {count} times; it must occur exactly once. {advice}")]
+    EditMismatch { path: String, count: usize, advice: &'static str },
+
+    /// The file is binary or not UTF-8.
+    #[error("Cannot read '{path}': it is not a UTF-8 text file ({detail}). Only text files can be read.")]
+    NotText { path: String, detail: String },
+
+    /// The operation needs a file but found a directory (or the reverse).
+    #[error("Cannot {op} '{path}': it is a {found}, not a {expected}.")]
+    WrongKind { op: &'static str, path: String, found: &'static str, expected: &'static str },
+
+    /// A `list` pattern that could leave the listed directory.
+    #[error("Cannot list with pattern '{pattern}': {reason}. Patterns are relative globs such as '*.md' or '**/*.txt'.")]
+    InvalidPattern { pattern: String, reason: String },
+
+    /// The operating system refused or failed; the message names the sandbox path only.
+    #[error("Cannot {op} '{path}': {message}")]
+    Io { op: &'static str, path: String, message: String },
+}
+
+impl SandboxError {
+    /// A stable, machine-readable name of the refusal kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SandboxError::InvalidPath { .. } => "invalid_path",
+            SandboxError::OutsideSandbox { .. } => "outside_sandbox",
+            SandboxError::NotWritable { .. } => "not_writable",
+            SandboxError::SuffixNotAllowed { .. } => "suffix_not_allowed",
+            SandboxError::TooLarge { .. } => "too_large",
+            SandboxError::Escalation { .. } => "permission_escalation",
+            SandboxError::NotFound { .. } => "not_found",
+            SandboxError::EditMismatch { .. } => "edit_mismatch",
+            SandboxError::NotText { .. } => "not_text",
+            SandboxError::WrongKind { .. } => "wrong_kind",
+            SandboxError::InvalidPattern { .. } => "invalid_pattern",
+            SandboxError::Io { .. } => "io",
+        }
+    }
+}

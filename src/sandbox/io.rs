@@ -1,0 +1,363 @@
+//! Built-in file I/O of the sandbox. Every path is opened beneath the handle of the area
+//! that allows it; nothing is checked by path and then opened by path.
+
+use std::io::{self, Read, Write};
+
+use cap_std::fs::{Dir, OpenOptions};
+use globset::{GlobBuilder, GlobMatcher};
+use serde::Serialize;
+
+use super::path::VirtualPath;
+use super::{Addressing, Area, PathList, Sandbox, SandboxError};
+
+/// Text read from a file, possibly a window of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReadResult {
+    pub content: String,
+    /// Characters in the whole file.
+    pub total_chars: usize,
+    /// True when more text follows the returned window.
+    pub truncated: bool,
+    /// Offset to pass to read the next window, when truncated.
+    pub next_offset: Option<usize>,
+}
+
+/// What a directory entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    File,
+    Directory,
+    Symlink,
+    Other,
+}
+
+/// Metadata of a sandbox path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileStat {
+    pub path: String,
+    pub kind: FileKind,
+    pub size: u64,
+    /// Seconds since the Unix epoch, when known.
+    pub modified: Option<u64>,
+    pub writable: bool,
+}
+
+/// Maximum entries `list` returns, so a huge tree cannot flood the caller.
+pub const LIST_LIMIT: usize = 10_000;
+
+/// True when cap-std refused because the path (or a symlink in it) leads out of the handle.
+fn is_escape(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none()
+}
+
+/// An OS error in words, without any path.
+pub(crate) fn describe_io(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::NotFound => "no such file or directory".into(),
+        io::ErrorKind::PermissionDenied => "permission denied by the operating system".into(),
+        io::ErrorKind::AlreadyExists => "it already exists".into(),
+        _ => match e.raw_os_error() {
+            Some(code) => io::Error::from_raw_os_error(code).to_string().split(" (os error").next().unwrap_or("").to_string(),
+            None => e.kind().to_string(),
+        },
+    }
+}
+
+pub(crate) fn rel_path(components: &[String]) -> std::path::PathBuf {
+    if components.is_empty() {
+        std::path::PathBuf::from(".")
+    } else {
+        components.iter().collect()
+    }
+}
+
+impl Sandbox {
+    pub(crate) fn io_error(&self, op: &'static str, shown: &str, e: &io::Error) -> SandboxError {
+        if is_escape(e) {
+            return SandboxError::OutsideSandbox {
+                path: shown.to_string(),
+                detail: " (a symlink leads outside it)".into(),
+                readable: PathList(self.readable_roots()),
+            };
+        }
+        if e.kind() == io::ErrorKind::NotFound {
+            return SandboxError::NotFound { path: shown.to_string(), hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())) };
+        }
+        SandboxError::Io { op, path: shown.to_string(), message: describe_io(e) }
+    }
+
+    /// Components of `vp` below `area`.
+    fn inner<'a>(area: &Area, vp: &'a VirtualPath) -> &'a [String] {
+        &vp.rel[area.key.prefix.len()..]
+    }
+
+    /// Checks that the existing part of `vp` does not lead out of `area` through symlinks.
+    pub(super) fn check_beneath(&self, area: &Area, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
+        let inner = Self::inner(area, vp);
+        for end in (0..=inner.len()).rev() {
+            match area.dir.metadata(rel_path(&inner[..end])) {
+                Ok(_) => return Ok(()),
+                Err(e) if is_escape(&e) => return Err(self.io_error("resolve", shown, &e)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                // ENOTDIR and the like: nothing outside was reached; the operation will say.
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn open_read(&self, path: &str) -> Result<(VirtualPath, cap_std::fs::File), SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.readable_area(&vp, path)?;
+        let inner = Self::inner(area, &vp);
+        let file = area.dir.open(rel_path(inner)).map_err(|e| self.io_error("read", path, &e))?;
+        Ok((vp, file))
+    }
+
+    /// Reads a text file: `max_chars` characters from character `offset`.
+    pub fn read(&self, path: &str, max_chars: usize, offset: usize) -> Result<ReadResult, SandboxError> {
+        let vp = self.parse(path)?;
+        self.check_suffix_vp(&vp, path)?;
+        let text = self.read_all(path)?;
+        let total_chars = text.chars().count();
+        let content: String = text.chars().skip(offset).take(max_chars).collect();
+        let end = offset.saturating_add(max_chars);
+        let truncated = end < total_chars;
+        Ok(ReadResult { content, total_chars, truncated, next_offset: truncated.then_some(end) })
+    }
+
+    /// The whole text of a file, after the suffix, size and text checks.
+    fn read_all(&self, path: &str) -> Result<String, SandboxError> {
+        let (vp, mut file) = self.open_read(path)?;
+        self.check_suffix_vp(&vp, path)?;
+        let meta = file.metadata().map_err(|e| self.io_error("read", path, &e))?;
+        if meta.is_dir() {
+            return Err(SandboxError::WrongKind { op: "read", path: path.into(), found: "directory", expected: "file" });
+        }
+        self.check_size_vp(&vp, path, meta.len(), "read")?;
+        // Read at most limit+1 bytes: the file may grow after fstat.
+        let cap = self.mounts()[vp.mount].max_file_bytes.map(|l| l.saturating_add(1)).unwrap_or(u64::MAX);
+        let mut bytes = Vec::with_capacity(meta.len().min(1 << 24) as usize);
+        (&mut file).take(cap).read_to_end(&mut bytes).map_err(|e| self.io_error("read", path, &e))?;
+        self.check_size_vp(&vp, path, bytes.len() as u64, "read")?;
+        if bytes.contains(&0) {
+            return Err(SandboxError::NotText { path: path.into(), detail: "it contains NUL bytes, so it looks binary".into() });
+        }
+        String::from_utf8(bytes).map_err(|e| SandboxError::NotText {
+            path: path.into(),
+            detail: format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
+        })
+    }
+
+    /// The directory that will contain `vp` (created beneath the area if missing) and the
+    /// file name inside it.
+    fn parent_dir(&self, area: &Area, vp: &VirtualPath, shown: &str, op: &'static str, create: bool) -> Result<(Dir, String), SandboxError> {
+        let inner = Self::inner(area, vp);
+        let Some((name, parent)) = inner.split_last() else {
+            return Err(SandboxError::WrongKind { op, path: shown.into(), found: "directory", expected: "file" });
+        };
+        let parent_rel = rel_path(parent);
+        if create && !parent.is_empty() {
+            area.dir.create_dir_all(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
+        }
+        let dir = area.dir.open_dir(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
+        Ok((dir, name.clone()))
+    }
+
+    /// Writes a text file atomically: a temporary file beside it, then a rename. A failure
+    /// leaves the old content in place.
+    pub fn write(&self, path: &str, content: &str) -> Result<(), SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.writable_area(&vp, path)?;
+        self.check_suffix_vp(&vp, path)?;
+        self.check_size_vp(&vp, path, content.len() as u64, "write")?;
+        let (dir, name) = self.parent_dir(area, &vp, path, "write", true)?;
+        if let Ok(meta) = dir.symlink_metadata(&name) {
+            if meta.is_dir() {
+                return Err(SandboxError::WrongKind { op: "write", path: path.into(), found: "directory", expected: "file" });
+            }
+        }
+        write_atomic(&dir, &name, content.as_bytes()).map_err(|e| self.io_error("write", path, &e))
+    }
+
+    /// Replaces `old` with `new` where `old` occurs exactly once.
+    pub fn edit(&self, path: &str, old: &str, new: &str) -> Result<(), SandboxError> {
+        // Check writability first: an edit of a read-only file is refused before reading.
+        let vp = self.parse(path)?;
+        self.writable_area(&vp, path)?;
+        let text = self.read_all(path)?;
+        let count = if old.is_empty() { 0 } else { text.matches(old).count() };
+        if count != 1 {
+            let advice = if count == 0 {
+                "Read the file again and copy the exact text, including whitespace."
+            } else {
+                "Include more surrounding text so that it matches one place only."
+            };
+            return Err(SandboxError::EditMismatch { path: path.into(), count, advice });
+        }
+        self.write(path, &text.replacen(old, new, 1))
+    }
+
+    /// Deletes a file (not a directory). A symlink is removed itself, never its target.
+    pub fn delete(&self, path: &str) -> Result<(), SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.writable_area(&vp, path)?;
+        let (dir, name) = self.parent_dir(area, &vp, path, "delete", false)?;
+        let meta = dir.symlink_metadata(&name).map_err(|e| self.io_error("delete", path, &e))?;
+        if meta.is_dir() {
+            return Err(SandboxError::WrongKind { op: "delete", path: path.into(), found: "directory", expected: "file" });
+        }
+        dir.remove_file(&name).map_err(|e| self.io_error("delete", path, &e))
+    }
+
+    /// Whether something exists at a readable path.
+    pub fn exists(&self, path: &str) -> Result<bool, SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.readable_area(&vp, path)?;
+        match area.dir.metadata(rel_path(Self::inner(area, &vp))) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(self.io_error("stat", path, &e)),
+        }
+    }
+
+    /// Metadata of a readable path (symlinks inside the area are followed).
+    pub fn stat(&self, path: &str) -> Result<FileStat, SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.readable_area(&vp, path)?;
+        let meta = area.dir.metadata(rel_path(Self::inner(area, &vp))).map_err(|e| self.io_error("stat", path, &e))?;
+        let kind = kind_of(meta.file_type());
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs());
+        Ok(FileStat {
+            path: self.display(&vp),
+            kind,
+            size: meta.len(),
+            modified,
+            writable: self.writable_area(&vp, path).is_ok(),
+        })
+    }
+
+    /// Lists entries below `path` whose path relative to it matches `pattern` (a glob where
+    /// `*` never crosses `/`; `**` does). Directories end in `/`. `list("/")` shows the zones.
+    /// Files whose suffix the mount does not allow are left out. Symlinked directories are
+    /// not descended into.
+    pub fn list(&self, path: &str, pattern: &str) -> Result<Vec<String>, SandboxError> {
+        let matcher = compile_pattern(pattern)?;
+        let trimmed = path.trim();
+        if self.addressing() == Addressing::Zones && (trimmed.is_empty() || trimmed == "/" || trimmed == ".") {
+            let mut zones: Vec<String> = Vec::new();
+            for a in &self.readable {
+                let shown = self.area_path(&a.key);
+                let top = shown.trim_start_matches('/').split('/').next().unwrap_or("").to_string();
+                let entry = format!("/{top}/");
+                if !zones.contains(&entry) && matcher.is_match(top.as_str()) {
+                    zones.push(entry);
+                }
+            }
+            zones.sort();
+            return Ok(zones);
+        }
+        let path = if trimmed.is_empty() { "/" } else { trimmed };
+        let vp = self.parse(path)?;
+        let area = self.readable_area(&vp, path)?;
+        let dir = area.dir.open_dir(rel_path(Self::inner(area, &vp))).map_err(|e| self.io_error("list", path, &e))?;
+        let base = self.display(&vp);
+        let mut out = Vec::new();
+        let mut stack: Vec<(Dir, String)> = vec![(dir, String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            let entries = dir.entries().map_err(|e| self.io_error("list", path, &e))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| self.io_error("list", path, &e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let rel_name = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+                let ft = entry.file_type().map_err(|e| self.io_error("list", path, &e))?;
+                let child_vp = VirtualPath { mount: vp.mount, rel: vp.rel.iter().cloned().chain(rel_name.split('/').map(str::to_string)).collect() };
+                if ft.is_dir() {
+                    if matcher.is_match(&rel_name) {
+                        out.push(format!("{}/", join(&base, &rel_name)));
+                    }
+                    if let Ok(sub) = entry.open_dir() {
+                        stack.push((sub, rel_name));
+                    }
+                } else if matcher.is_match(&rel_name) && self.check_suffix_vp(&child_vp, &rel_name).is_ok() {
+                    out.push(join(&base, &rel_name));
+                }
+                if out.len() >= LIST_LIMIT {
+                    out.sort();
+                    return Ok(out);
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+fn join(base: &str, rel: &str) -> String {
+    if base.ends_with('/') {
+        format!("{base}{rel}")
+    } else {
+        format!("{base}/{rel}")
+    }
+}
+
+fn kind_of(ft: cap_std::fs::FileType) -> FileKind {
+    if ft.is_symlink() {
+        FileKind::Symlink
+    } else if ft.is_dir() {
+        FileKind::Directory
+    } else if ft.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    }
+}
+
+/// Compiles a `list` pattern, refusing forms that could leave the listed directory.
+fn compile_pattern(pattern: &str) -> Result<GlobMatcher, SandboxError> {
+    let bad = |reason: &str| SandboxError::InvalidPattern { pattern: pattern.escape_debug().to_string(), reason: reason.into() };
+    if pattern.contains('\0') {
+        return Err(bad("it contains a NUL byte"));
+    }
+    if pattern.starts_with('/') || pattern.starts_with('\\') {
+        return Err(bad("it starts with '/'; give the directory as the path and a relative pattern"));
+    }
+    if pattern.starts_with('~') {
+        return Err(bad("it starts with '~'"));
+    }
+    if pattern.split(['/', '\\']).any(|c| c == "..") {
+        return Err(bad("it contains '..'"));
+    }
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| bad(&e.kind().to_string()))
+}
+
+/// Writes `bytes` to `name` in `dir` through a temporary file and a rename, so readers see
+/// the old or the new content, never a part.
+pub(crate) fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let mut opts = OpenOptions::new();
+    opts.write(true).create_new(true);
+    let mut attempt = 0u32;
+    let (tmp_name, mut file) = loop {
+        let tmp_name = format!(".{name}.workcell-{}-{attempt}.tmp", std::process::id());
+        match dir.open_with(&tmp_name, &opts) {
+            Ok(f) => break (tmp_name, f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 100 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let result = file.write_all(bytes).and_then(|_| file.sync_all()).and_then(|_| dir.rename(&tmp_name, dir, name));
+    if result.is_err() {
+        let _ = dir.remove_file(&tmp_name);
+    }
+    result
+}

@@ -1,0 +1,373 @@
+//! The sandbox core: which sandbox paths a worker may read and write, and safe file I/O
+//! beneath them.
+//!
+//! A [`Sandbox`] is a list of [`Mount`]s (host directory → mount point) plus the *areas*
+//! inside them that are readable and writable. The project sandbox can read every mount and
+//! write every `rw` mount; [`Sandbox::derive`] only ever shrinks those areas.
+//!
+//! Every file operation opens paths *beneath* a directory handle held for the area
+//! (cap-std: `openat2(RESOLVE_BENEATH)` on Linux), never by checking a path and then
+//! opening it, so a symlink swapped in between cannot lead outside.
+
+mod derive;
+mod error;
+mod io;
+mod path;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub use derive::{DeriveSpec, ZoneRequest};
+pub use error::{PathList, SandboxError};
+pub use io::{FileKind, FileStat, ReadResult};
+pub use path::VirtualPath;
+
+/// Read-only or read-write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ZoneMode {
+    /// Read-only.
+    Ro,
+    /// Read-write.
+    Rw,
+}
+
+impl std::fmt::Display for ZoneMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ZoneMode::Ro => "ro",
+            ZoneMode::Rw => "rw",
+        })
+    }
+}
+
+/// Whether an operation needs a person's yes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Approval {
+    /// Proceeds without asking.
+    #[serde(rename = "preApproved")]
+    PreApproved,
+    /// Asks a person first.
+    #[serde(rename = "ask")]
+    Ask,
+    /// Never allowed.
+    #[serde(rename = "blocked")]
+    Blocked,
+}
+
+/// Approval settings of one mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Approvals {
+    pub read: Approval,
+    pub write: Approval,
+    pub delete: Approval,
+}
+
+impl Default for Approvals {
+    /// Reads proceed; writes and deletes ask (seed 003's defaults).
+    fn default() -> Self {
+        Approvals { read: Approval::PreApproved, write: Approval::Ask, delete: Approval::Ask }
+    }
+}
+
+impl Approvals {
+    /// True when writes and deletes need nobody's yes, so the OS boundary may allow them
+    /// directly (a read-write bind mount).
+    pub fn writes_preapproved(&self) -> bool {
+        self.write == Approval::PreApproved && self.delete == Approval::PreApproved
+    }
+}
+
+/// How the contents of a mount reach a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// A bind mount of the host directory.
+    #[default]
+    Bind,
+    /// Files copied in before the run and checked results copied out after it.
+    Copy,
+}
+
+/// One host directory made visible at a sandbox path, with its policies.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Mount {
+    /// Zone name (the mount point without its leading `/`), or `/` for the root form.
+    pub name: String,
+    /// Absolute host directory. Never shown in refusal messages.
+    pub host_path: PathBuf,
+    /// Absolute sandbox path where the directory appears (`/data`, or `/`).
+    pub mount_point: String,
+    pub mode: ZoneMode,
+    /// Allowed file suffixes (lowercase, with dot); `None` allows every suffix.
+    pub suffixes: Option<Vec<String>>,
+    /// Largest file that may be read or written.
+    pub max_file_bytes: Option<u64>,
+    pub approval: Approvals,
+    pub delivery: Delivery,
+}
+
+/// How sandbox paths are addressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Addressing {
+    /// Several named mounts: `/zone/rel`, `zone/rel`, `zone:rel`; `/` lists the zones.
+    Zones,
+    /// One directory as virtual `/`: `/rel` or `rel`.
+    Root,
+}
+
+/// A subtree of one mount: the mount's index and the path components below its root.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct AreaKey {
+    pub mount: usize,
+    pub prefix: Vec<String>,
+}
+
+impl AreaKey {
+    /// True when `other` lies inside (or equals) this area.
+    pub fn contains(&self, other: &AreaKey) -> bool {
+        self.mount == other.mount && other.prefix.starts_with(&self.prefix)
+    }
+}
+
+/// An area together with an open handle of its directory, so that every operation inside
+/// it resolves beneath that handle.
+#[derive(Debug, Clone)]
+pub(crate) struct Area {
+    pub key: AreaKey,
+    pub dir: Arc<Dir>,
+}
+
+/// A readable or writable area, as a launcher needs it: sandbox path, host directory, mode.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct AreaView {
+    /// Sandbox path of the area (`/data` or `/data/reports`).
+    pub sandbox_path: String,
+    /// Host directory behind it (canonical).
+    pub host_path: PathBuf,
+    /// Name of the mount it belongs to.
+    pub mount: String,
+}
+
+/// The effective sandbox of a project or a worker. Cloning is cheap; directory handles are
+/// shared.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    mounts: Arc<Vec<Mount>>,
+    addressing: Addressing,
+    readable: Vec<Area>,
+    writable: Vec<Area>,
+    network: bool,
+}
+
+impl Sandbox {
+    /// Builds the full-access sandbox of a project from its mounts: every mount readable,
+    /// every `rw` mount writable. Opens each host directory once; it must exist.
+    pub fn new(mounts: Vec<Mount>, addressing: Addressing, network: bool) -> Result<Sandbox, SandboxError> {
+        let mut readable = Vec::with_capacity(mounts.len());
+        let mut writable = Vec::new();
+        for (i, m) in mounts.iter().enumerate() {
+            let dir = Dir::open_ambient_dir(&m.host_path, ambient_authority()).map_err(|e| SandboxError::Io {
+                op: "open",
+                path: m.mount_point.clone(),
+                message: format!("the directory behind this mount cannot be opened ({})", io::describe_io(&e)),
+            })?;
+            let area = Area { key: AreaKey { mount: i, prefix: Vec::new() }, dir: Arc::new(dir) };
+            if m.mode == ZoneMode::Rw {
+                writable.push(area.clone());
+            }
+            readable.push(area);
+        }
+        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network })
+    }
+
+    /// A sandbox with no file access at all (a worker that declares nothing).
+    pub fn empty_like(&self) -> Sandbox {
+        Sandbox {
+            mounts: self.mounts.clone(),
+            addressing: self.addressing,
+            readable: Vec::new(),
+            writable: Vec::new(),
+            network: self.network,
+        }
+    }
+
+    /// The mounts this sandbox was built from (including ones it can no longer see).
+    pub fn mounts(&self) -> &[Mount] {
+        &self.mounts
+    }
+
+    pub fn addressing(&self) -> Addressing {
+        self.addressing
+    }
+
+    /// Whether workers in this sandbox may use the network.
+    pub fn network(&self) -> bool {
+        self.network
+    }
+
+    /// The same sandbox with network access turned off (never on: that would widen it).
+    pub fn without_network(mut self) -> Sandbox {
+        self.network = false;
+        self
+    }
+
+    /// Sandbox paths that can be read (`/data`, `/out/reports`).
+    pub fn readable_roots(&self) -> Vec<String> {
+        self.readable.iter().map(|a| self.area_path(&a.key)).collect()
+    }
+
+    /// Sandbox paths that can be written.
+    pub fn writable_roots(&self) -> Vec<String> {
+        self.writable.iter().map(|a| self.area_path(&a.key)).collect()
+    }
+
+    /// Readable areas with their host directories, for launchers.
+    pub fn readable_areas(&self) -> Vec<AreaView> {
+        self.readable.iter().map(|a| self.area_view(&a.key)).collect()
+    }
+
+    /// Writable areas with their host directories, for launchers.
+    pub fn writable_areas(&self) -> Vec<AreaView> {
+        self.writable.iter().map(|a| self.area_view(&a.key)).collect()
+    }
+
+    /// The mount a sandbox path belongs to, when the path is well formed.
+    pub fn mount_of(&self, path: &str) -> Option<&Mount> {
+        self.parse(path).ok().map(|vp| &self.mounts[vp.mount])
+    }
+
+    fn area_view(&self, key: &AreaKey) -> AreaView {
+        let m = &self.mounts[key.mount];
+        let mut host = m.host_path.clone();
+        for c in &key.prefix {
+            host.push(c);
+        }
+        // Canonical, so that a launcher binds what the handle saw (symlinks inside the
+        // mount were already checked to stay inside it when the area was derived).
+        let host_path = std::fs::canonicalize(&host).unwrap_or(host);
+        AreaView { sandbox_path: self.area_path(key), host_path, mount: m.name.clone() }
+    }
+
+    pub(crate) fn area_path(&self, key: &AreaKey) -> String {
+        let m = &self.mounts[key.mount];
+        path::join_display(&m.mount_point, &key.prefix)
+    }
+
+    fn readable_list(&self) -> PathList {
+        PathList(self.readable_roots())
+    }
+
+    fn writable_list(&self) -> PathList {
+        PathList(self.writable_roots())
+    }
+
+    /// True when `path` may be read: well formed, inside a readable area, and not leading
+    /// outside it through symlinks.
+    pub fn can_read(&self, path: &str) -> bool {
+        self.resolve(path).is_ok()
+    }
+
+    /// True when `path` may be written (it need not exist yet).
+    pub fn can_write(&self, path: &str) -> bool {
+        self.resolve_for_write(path).is_ok()
+    }
+
+    /// Resolves a sandbox path to its host path, refusing anything outside the readable
+    /// areas, including through symlinks of the existing part of the path.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.readable_area(&vp, path)?;
+        self.check_beneath(area, &vp, path)?;
+        Ok(self.host_path_of(&vp))
+    }
+
+    /// Like [`Sandbox::resolve`] but for writing.
+    pub fn resolve_for_write(&self, path: &str) -> Result<PathBuf, SandboxError> {
+        let vp = self.parse(path)?;
+        let area = self.writable_area(&vp, path)?;
+        self.check_beneath(area, &vp, path)?;
+        Ok(self.host_path_of(&vp))
+    }
+
+    /// Refuses a path whose suffix is not allowed by its mount.
+    pub fn check_suffix(&self, path: &str) -> Result<(), SandboxError> {
+        let vp = self.parse(path)?;
+        self.check_suffix_vp(&vp, path)
+    }
+
+    /// Refuses a size above the mount's `max_file_bytes`.
+    pub fn check_size(&self, path: &str, size: u64) -> Result<(), SandboxError> {
+        let vp = self.parse(path)?;
+        self.check_size_vp(&vp, path, size, "read")
+    }
+
+    fn check_suffix_vp(&self, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
+        let m = &self.mounts[vp.mount];
+        let Some(allowed) = &m.suffixes else { return Ok(()) };
+        let name = vp.rel.last().map(String::as_str).unwrap_or("");
+        let lower = name.to_lowercase();
+        if allowed.iter().any(|s| lower.ends_with(s.as_str()) && lower.len() > s.len()) {
+            Ok(())
+        } else {
+            Err(SandboxError::SuffixNotAllowed { path: shown.to_string(), allowed: PathList(allowed.clone()) })
+        }
+    }
+
+    fn check_size_vp(&self, vp: &VirtualPath, shown: &str, size: u64, op: &'static str) -> Result<(), SandboxError> {
+        match self.mounts[vp.mount].max_file_bytes {
+            Some(limit) if size > limit => Err(SandboxError::TooLarge { op, path: shown.to_string(), size, limit }),
+            _ => Ok(()),
+        }
+    }
+
+    fn host_path_of(&self, vp: &VirtualPath) -> PathBuf {
+        let mut p = self.mounts[vp.mount].host_path.clone();
+        for c in &vp.rel {
+            p.push(c);
+        }
+        p
+    }
+
+    /// The deepest readable area containing `vp`.
+    fn readable_area(&self, vp: &VirtualPath, shown: &str) -> Result<&Area, SandboxError> {
+        deepest(&self.readable, vp).ok_or_else(|| SandboxError::OutsideSandbox {
+            path: shown.to_string(),
+            detail: String::new(),
+            readable: self.readable_list(),
+        })
+    }
+
+    /// The deepest writable area containing `vp`.
+    fn writable_area(&self, vp: &VirtualPath, shown: &str) -> Result<&Area, SandboxError> {
+        if let Some(a) = deepest(&self.writable, vp) {
+            return Ok(a);
+        }
+        // Distinguish "read-only" from "not in the sandbox at all".
+        self.readable_area(vp, shown)?;
+        Err(SandboxError::NotWritable { path: shown.to_string(), writable: self.writable_list() })
+    }
+}
+
+fn deepest<'a>(areas: &'a [Area], vp: &VirtualPath) -> Option<&'a Area> {
+    areas
+        .iter()
+        .filter(|a| a.key.mount == vp.mount && vp.rel.starts_with(&a.key.prefix))
+        .max_by_key(|a| a.key.prefix.len())
+}
+
+/// Normalises a suffix from config (`PDF`, `.pdf`) to the lowercase dotted form.
+pub fn normalise_suffix(s: &str) -> String {
+    let s = s.trim().to_lowercase();
+    if s.starts_with('.') {
+        s
+    } else {
+        format!(".{s}")
+    }
+}
