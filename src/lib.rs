@@ -9,3 +9,4 @@ pub mod config;
 pub mod sandbox;
 pub mod plan;
 pub mod cli;
+pub mod backend;
