@@ -21,3 +21,91 @@ pub enum BackendError {
     #[error("{0}")]
     Failed(String),
 }
+
+pub mod bwrap;
+pub mod docker;
+pub mod none;
+pub mod seatbelt;
+
+use crate::config::{BackendChoice, ImageRef};
+use crate::plan::LaunchPlan;
+
+/// The backend that will run a plan, after `auto` selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selected {
+    Docker,
+    Bwrap,
+    Seatbelt,
+    None,
+}
+
+impl Selected {
+    pub fn name(self) -> &'static str {
+        match self {
+            Selected::Docker => "docker",
+            Selected::Bwrap => "bwrap",
+            Selected::Seatbelt => "seatbelt",
+            Selected::None => "none",
+        }
+    }
+}
+
+/// Picks the backend for `plan`. `auto`: docker if the daemon answers, else bwrap if it
+/// works here, else Seatbelt on macOS. A plan that needs a named image cannot fall back to
+/// bwrap or Seatbelt. `none` only when chosen, or when no boundary exists and
+/// `require_os_sandbox` is false.
+pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
+    match choice {
+        BackendChoice::Docker => docker::probe().map(|_| Selected::Docker),
+        BackendChoice::Bwrap => host_image_only(plan, "bwrap").and_then(|_| bwrap::probe()).map(|_| Selected::Bwrap),
+        BackendChoice::Seatbelt => host_image_only(plan, "seatbelt").and_then(|_| seatbelt::probe()).map(|_| Selected::Seatbelt),
+        BackendChoice::None => Ok(Selected::None),
+        BackendChoice::Auto => {
+            let docker_err = match docker::probe() {
+                Ok(_) => return Ok(Selected::Docker),
+                Err(e) => e,
+            };
+            if plan.image != ImageRef::Host {
+                return Err(BackendError::Failed(format!(
+                    "this worker needs the image {:?}, which only the docker backend can run, and docker is unavailable: {docker_err}",
+                    plan.image
+                )));
+            }
+            let bwrap_err = match bwrap::probe() {
+                Ok(_) => return Ok(Selected::Bwrap),
+                Err(e) => e,
+            };
+            let seatbelt_err = match seatbelt::probe() {
+                Ok(_) => return Ok(Selected::Seatbelt),
+                Err(e) => e,
+            };
+            if !require_os_sandbox {
+                return Ok(Selected::None);
+            }
+            Err(BackendError::Failed(format!(
+                "no isolation backend works here, and require_os_sandbox is true.\n  docker: {docker_err}\n  bwrap: {bwrap_err}\n  seatbelt: {seatbelt_err}\nInstall Docker or bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set require_os_sandbox: false and choose --backend none to run without isolation."
+            )))
+        }
+    }
+}
+
+fn host_image_only(plan: &LaunchPlan, backend: &'static str) -> Result<(), BackendError> {
+    if plan.image == ImageRef::Host {
+        Ok(())
+    } else {
+        Err(BackendError::Failed(format!(
+            "the {backend} backend runs the host's own system (image: host); this worker needs the image {:?}, which only docker can run",
+            plan.image
+        )))
+    }
+}
+
+/// Runs `plan` on the selected backend; returns the exit status.
+pub fn run(selected: Selected, plan: &LaunchPlan) -> Result<i32, BackendError> {
+    match selected {
+        Selected::Docker => docker::run(plan),
+        Selected::Bwrap => bwrap::run(plan),
+        Selected::Seatbelt => seatbelt::run(plan),
+        Selected::None => none::run(plan),
+    }
+}

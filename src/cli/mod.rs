@@ -3,6 +3,7 @@
 mod check;
 mod init;
 mod plan;
+mod run;
 
 use std::path::PathBuf;
 
@@ -64,6 +65,8 @@ pub enum Command {
     Check(check::CheckArgs),
     /// Print what a run would do, without running anything.
     Plan(plan::PlanArgs),
+    /// Run a worker, or a command, inside its isolation boundary.
+    Run(run::RunArgs),
     /// Print the JSON Schema of workcell.yaml and of worker files.
     Schema,
 }
@@ -93,6 +96,7 @@ pub fn main() -> i32 {
         Command::Init(a) => init::run(a),
         Command::Check(a) => check::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
+        Command::Run(a) => run::run(&cli, a),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)

@@ -1,0 +1,35 @@
+//! No isolation: the command runs directly on the host, in the project directory, with the
+//! plan's environment only. Chosen explicitly, never by surprise; a warning says so.
+
+use std::process::Command;
+
+use super::{BackendError, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use crate::plan::LaunchPlan;
+
+/// Runs the plan's command unisolated; returns its exit status.
+pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+    eprintln!("workcell: warning: running WITHOUT isolation (--backend none): the command can see and change everything your user can");
+    let Some((prog, args)) = plan.command.split_first() else {
+        return Err(BackendError::Failed("the plan has no command".into()));
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(args).env_clear().envs(&plan.env);
+    match cmd.status() {
+        Ok(s) => Ok(exit_code_of(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!("workcell: {prog}: command not found");
+            Ok(EXIT_NOT_FOUND)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            eprintln!("workcell: {prog}: not executable");
+            Ok(EXIT_NOT_EXECUTABLE)
+        }
+        Err(e) => Err(BackendError::Failed(format!("cannot start {prog}: {e}"))),
+    }
+}
+
+/// The shell convention: the exit code, or 128 + the signal that ended the process.
+pub fn exit_code_of(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}

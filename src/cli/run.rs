@@ -1,0 +1,150 @@
+//! `workcell run`: run a worker (or an ad-hoc command) inside its boundary.
+
+use std::path::Path;
+
+use clap::Args;
+
+use super::{load_project, Cli, CliError};
+use crate::backend::{self, Selected};
+use crate::config::{find_config, parse_bytes, parse_duration, BackendChoice, Limits, Project};
+use crate::plan::{LaunchPlan, Overrides};
+use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Worker to run (from workers/NAME.worker).
+    pub worker: Option<String>,
+    /// Ad-hoc zone NAME=HOSTPATH[:ro|rw], mounted at /NAME (repeatable). Replaces the
+    /// project's zones for this run; `rw` zones given here are writable without prompts.
+    #[arg(long = "zone", value_name = "NAME=HOSTPATH[:ro|rw]")]
+    pub zones: Vec<String>,
+    /// Allow network access for this run.
+    #[arg(long)]
+    pub network: bool,
+    /// Image to use: `host` or a local image name.
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Kill the worker after this long (exit 124), e.g. 30s, 5m.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+    /// Memory limit, e.g. 512m, 2g.
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// CPU limit, e.g. 0.5, 2.
+    #[arg(long)]
+    pub cpus: Option<f64>,
+    /// Process limit.
+    #[arg(long)]
+    pub pids: Option<i64>,
+    /// NAME=VALUE sets a variable; NAME passes the host's value through (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    pub env: Vec<String>,
+    /// Working directory inside the worker.
+    #[arg(long, short = 'w')]
+    pub workdir: Option<String>,
+    /// Keep standard input open and connected to the worker.
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Give the worker a terminal.
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// Isolation backend (default: the project's `defaults.backend`, else auto).
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+    /// Command and arguments (overrides the worker's command).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Parses `NAME=HOSTPATH[:ro|rw]` into a mount at `/NAME`.
+pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, String> {
+    let (name, rest) = spec.split_once('=').ok_or_else(|| format!("invalid --zone '{spec}': use NAME=HOSTPATH[:ro|rw]"))?;
+    let (host, mode) = match rest.rsplit_once(':') {
+        Some((h, "ro")) => (h, ZoneMode::Ro),
+        Some((h, "rw")) => (h, ZoneMode::Rw),
+        _ => (rest, ZoneMode::Ro),
+    };
+    let point = format!("/{name}");
+    crate::config::check_mount_point(&point).map_err(|m| format!("invalid --zone '{spec}': {m}"))?;
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("invalid --zone '{spec}': the zone name must be one path component"));
+    }
+    let host_path = std::fs::canonicalize(cwd.join(host))
+        .map_err(|e| format!("invalid --zone '{spec}': host directory '{host}' cannot be used: {e}"))?;
+    if !host_path.is_dir() {
+        return Err(format!("invalid --zone '{spec}': '{host}' is not a directory"));
+    }
+    let write = if mode == ZoneMode::Rw { Approval::PreApproved } else { Approval::Ask };
+    Ok(Mount {
+        name: name.to_string(),
+        host_path,
+        mount_point: point,
+        mode,
+        suffixes: None,
+        max_file_bytes: None,
+        approval: Approvals { read: Approval::PreApproved, write, delete: write },
+        delivery: Delivery::Bind,
+    })
+}
+
+/// The project for a run: the config file's, or, for `--zone` runs without one, an empty
+/// project (no default zones are created).
+fn project_for(cli: &Cli, args: &RunArgs, cwd: &Path) -> Result<Project, CliError> {
+    if !args.zones.is_empty() && cli.config.is_none() && find_config(cwd).is_none() {
+        return Ok(Project::from_text("{}", &cwd.join(crate::config::CONFIG_FILE), cwd)?);
+    }
+    load_project(cli.config.as_deref())
+}
+
+pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
+    let cwd = std::env::current_dir().map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
+    let project = project_for(cli, args, &cwd)?;
+    let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose().map_err(CliError::Usage)?;
+
+    let sandbox = if args.zones.is_empty() {
+        worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone())
+    } else {
+        let mounts = args.zones.iter().map(|z| parse_zone(z, &cwd)).collect::<Result<Vec<_>, _>>().map_err(CliError::Usage)?;
+        for (i, a) in mounts.iter().enumerate() {
+            for b in &mounts[i + 1..] {
+                if a.mount_point == b.mount_point {
+                    return Err(CliError::Usage(format!("zone '{}' is given twice", a.name)));
+                }
+            }
+        }
+        let adhoc = Sandbox::new(mounts, Addressing::Zones, project.sandbox.network())
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        match worker {
+            Some(w) => w.decl.apply(&adhoc).map_err(|e| CliError::Usage(format!("worker '{}' cannot run with these zones: {e}", w.name)))?,
+            None => adhoc,
+        }
+    };
+
+    let limits = Limits {
+        timeout: args.timeout.as_deref().map(parse_duration).transpose().map_err(|m| CliError::Usage(format!("invalid --timeout: {m}")))?,
+        memory_bytes: args.memory.as_deref().map(parse_bytes).transpose().map_err(|m| CliError::Usage(format!("invalid --memory: {m}")))?,
+        cpus: args.cpus,
+        pids: args.pids,
+    };
+    let ov = Overrides {
+        image: args.image.clone(),
+        command: (!args.command.is_empty()).then(|| args.command.clone()),
+        network: args.network.then_some(true),
+        limits,
+        env: args.env.clone(),
+        workdir: args.workdir.clone(),
+        interactive: args.interactive,
+        tty: args.tty,
+    };
+    let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
+    let choice = args.backend.or(worker.and_then(|w| w.backend)).unwrap_or(project.defaults.backend);
+    let selected = backend::select(choice, &plan, project.require_os_sandbox).map_err(|e| CliError::Failed(e.to_string()))?;
+    if choice == BackendChoice::Auto && selected != Selected::Docker {
+        eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());
+    }
+    if selected == Selected::None && choice != BackendChoice::None {
+        eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
+    }
+    tracing::info!(run_id = %plan.run_id, backend = selected.name(), "starting run");
+    backend::run(selected, &plan).map_err(|e| CliError::Failed(e.to_string()))
+}
