@@ -10,3 +10,4 @@ pub mod sandbox;
 pub mod plan;
 pub mod cli;
 pub mod backend;
+pub mod tools;

@@ -1,0 +1,188 @@
+//! Approvals: what needs a person's yes, how it is asked, and what is remembered for the
+//! session. An approval never widens the sandbox; it only lets an allowed operation proceed.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+
+use serde::Serialize;
+
+/// How requests that need consent are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    /// Ask a person on the controlling terminal.
+    Interactive,
+    /// Approve everything that needs consent (`--approve-all`).
+    ApproveAll,
+    /// Deny everything that needs consent (`--strict`).
+    Strict,
+}
+
+/// What the request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Read,
+    Write,
+    Delete,
+    Shell,
+    Delegate,
+    Expand,
+}
+
+impl Action {
+    fn verb(self) -> &'static str {
+        match self {
+            Action::Read => "read",
+            Action::Write => "write to",
+            Action::Delete => "delete",
+            Action::Shell => "run",
+            Action::Delegate => "call worker",
+            Action::Expand => "grant access to",
+        }
+    }
+}
+
+/// One request for consent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ApprovalRequest {
+    pub action: Action,
+    /// The sandbox path, command line or worker name.
+    pub subject: String,
+    /// What session approval would cover: a directory for file actions, the rule or command
+    /// for shell, the worker for delegation.
+    pub scope: String,
+}
+
+impl ApprovalRequest {
+    /// A file request; a session approval covers the file's directory.
+    pub fn file(action: Action, path: &str) -> ApprovalRequest {
+        let scope = match path.rfind('/') {
+            Some(0) | None => "/".to_string(),
+            Some(i) => path[..i].to_string(),
+        };
+        ApprovalRequest { action, subject: path.to_string(), scope }
+    }
+
+    /// Any other request; a session approval covers exactly `scope`.
+    pub fn new(action: Action, subject: impl Into<String>, scope: impl Into<String>) -> ApprovalRequest {
+        ApprovalRequest { action, subject: subject.into(), scope: scope.into() }
+    }
+}
+
+/// A person's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Choice {
+    Once,
+    Session,
+    Deny,
+}
+
+/// The outcome of a request, with how it was reached (for the audit log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Decision {
+    Approved { by: &'static str },
+    Denied { reason: String },
+}
+
+impl Decision {
+    pub fn is_approved(&self) -> bool {
+        matches!(self, Decision::Approved { .. })
+    }
+}
+
+/// Something that can ask a person.
+pub trait Prompter: Send {
+    /// Asks about `req`; `Err` when nobody can be asked.
+    fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, String>;
+}
+
+/// Asks on the controlling terminal (`/dev/tty`), never on stdout, so it neither mixes with
+/// a worker's streamed output nor with an MCP channel.
+#[derive(Debug, Default)]
+pub struct TerminalPrompter;
+
+impl Prompter for TerminalPrompter {
+    fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, String> {
+        let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(|e| format!("no terminal to ask on ({e})"))?;
+        let mut out = tty.try_clone().map_err(|e| e.to_string())?;
+        let mut input = BufReader::new(tty);
+        loop {
+            // Start on a fresh line so a half-written line of worker output stays readable.
+            write!(out, "\r\nworkcell: allow {} {}? [y]es once / [s]ession (covers {}) / [n]o: ", req.action.verb(), req.subject, req.scope)
+                .and_then(|_| out.flush())
+                .map_err(|e| e.to_string())?;
+            let mut line = String::new();
+            if input.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Ok(Choice::Deny);
+            }
+            match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Ok(Choice::Once),
+                "s" | "session" => return Ok(Choice::Session),
+                "" | "n" | "no" => return Ok(Choice::Deny),
+                _ => continue,
+            }
+        }
+    }
+}
+
+/// Answers requests per mode, remembering session approvals.
+pub struct Approver {
+    mode: ApprovalMode,
+    prompter: Option<Box<dyn Prompter>>,
+    session: HashSet<(Action, String)>,
+}
+
+impl std::fmt::Debug for Approver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approver").field("mode", &self.mode).field("session", &self.session).finish()
+    }
+}
+
+/// The message when consent is needed but nobody can give it.
+pub const NO_TERMINAL: &str =
+    "this operation needs approval, but there is no terminal to ask on; run with --approve-all to approve such requests or --strict to deny them without asking";
+
+impl Approver {
+    pub fn new(mode: ApprovalMode, prompter: Option<Box<dyn Prompter>>) -> Approver {
+        Approver { mode, prompter, session: HashSet::new() }
+    }
+
+    /// True when a session approval already covers `req`: the same action on the same
+    /// scope, or, for file actions, on a directory containing it.
+    pub fn remembered(&self, req: &ApprovalRequest) -> bool {
+        self.session.iter().any(|(action, scope)| {
+            *action == req.action
+                && (scope == &req.scope
+                    || (matches!(action, Action::Read | Action::Write | Action::Delete | Action::Expand)
+                        && (scope == "/" || req.scope.starts_with(&format!("{scope}/")))))
+        })
+    }
+
+    /// Decides `req`, asking when the mode says so.
+    pub fn decide(&mut self, req: &ApprovalRequest) -> Decision {
+        if self.remembered(req) {
+            return Decision::Approved { by: "session" };
+        }
+        match self.mode {
+            ApprovalMode::ApproveAll => Decision::Approved { by: "approve_all" },
+            ApprovalMode::Strict => Decision::Denied { reason: format!("denied: {} {} needs approval and --strict denies every approval", req.action.verb(), req.subject) },
+            ApprovalMode::Interactive => {
+                let Some(p) = self.prompter.as_mut() else {
+                    return Decision::Denied { reason: NO_TERMINAL.into() };
+                };
+                match p.ask(req) {
+                    Ok(Choice::Once) => Decision::Approved { by: "user_once" },
+                    Ok(Choice::Session) => {
+                        self.session.insert((req.action, req.scope.clone()));
+                        Decision::Approved { by: "user_session" }
+                    }
+                    Ok(Choice::Deny) => Decision::Denied { reason: format!("the user denied: {} {}", req.action.verb(), req.subject) },
+                    Err(e) => Decision::Denied { reason: format!("{NO_TERMINAL} ({e})") },
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The host side of tools (SPEC §6): shell rules, approvals and the audit log. The tool
+//! service and its transports (broker socket, MCP) build on these.
+
+pub mod approval;
+pub mod audit;
+pub mod shell;
