@@ -297,3 +297,17 @@ impl LaunchPlan {
 fn valid_env_name(k: &str) -> bool {
     !k.is_empty() && !k.starts_with(|c: char| c.is_ascii_digit()) && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
+
+/// Where the broker directory (socket, call input, attachments) appears in a worker.
+pub const BROKER_MOUNT_POINT: &str = "/run/workcell";
+
+impl LaunchPlan {
+    /// Mounts the broker directory read-only at [`BROKER_MOUNT_POINT`] and tells the worker
+    /// where the socket is and which token to send. (A Unix socket on a read-only mount can
+    /// still be connected to.)
+    pub fn attach_broker(&mut self, dir: &Path, token: &str) {
+        self.mounts.push(PlanMount { source: dir.to_path_buf(), target: BROKER_MOUNT_POINT.to_string(), read_only: true });
+        self.env.insert("WORKCELL_BROKER".to_string(), format!("{BROKER_MOUNT_POINT}/broker.sock"));
+        self.env.insert("WORKCELL_TOKEN".to_string(), token.to_string());
+    }
+}

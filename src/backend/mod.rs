@@ -109,3 +109,56 @@ pub fn run(selected: Selected, plan: &LaunchPlan) -> Result<i32, BackendError> {
         Selected::None => none::run(plan),
     }
 }
+
+/// Output of a run whose streams were captured (shell tool, child workers).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub timed_out: bool,
+}
+
+/// Runs `plan` on the selected backend with stdout and stderr captured.
+pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, BackendError> {
+    match selected {
+        Selected::Docker => docker::run_captured(plan),
+        Selected::Bwrap => bwrap::run_captured(plan),
+        Selected::Seatbelt => Err(BackendError::Failed("captured runs under Seatbelt are not supported yet".into())),
+        Selected::None => none::run_captured(plan),
+    }
+}
+
+/// Runs `cmd` in its own process group with output captured; after `timeout` the whole
+/// group is killed and `timed_out` is set (exit 124).
+pub(crate) fn capture(mut cmd: std::process::Command, timeout: Option<std::time::Duration>) -> Result<Captured, BackendError> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    let child = cmd.spawn().map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program())))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let waited = match timeout {
+        Some(t) => rx.recv_timeout(t).ok(),
+        None => rx.recv().ok(),
+    };
+    let (output, timed_out) = match waited {
+        Some(r) => (r, false),
+        None => {
+            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+            }
+            (rx.recv().map_err(|e| BackendError::Failed(e.to_string()))?, true)
+        }
+    };
+    let output = output.map_err(|e| BackendError::Failed(format!("waiting for the command failed: {e}")))?;
+    Ok(Captured {
+        exit_code: if timed_out { EXIT_TIMEOUT } else { none::exit_code_of(output.status) },
+        stdout: output.stdout,
+        stderr: output.stderr,
+        timed_out,
+    })
+}

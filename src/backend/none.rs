@@ -13,7 +13,7 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
         return Err(BackendError::Failed("the plan has no command".into()));
     };
     let mut cmd = Command::new(prog);
-    cmd.args(args).env_clear().envs(&plan.env);
+    cmd.args(args).env_clear().envs(host_env(plan));
     match cmd.status() {
         Ok(s) => Ok(exit_code_of(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -32,4 +32,26 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
 pub fn exit_code_of(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Runs the plan's command unisolated with output captured.
+pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
+    let Some((prog, args)) = plan.command.split_first() else {
+        return Err(BackendError::Failed("the plan has no command".into()));
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(args).env_clear().envs(host_env(plan));
+    super::capture(cmd, plan.limits.timeout)
+}
+
+/// The plan's environment with paths under the broker mount point rewritten to the broker's
+/// host directory: without a boundary nothing is mounted, so the worker must use host paths.
+fn host_env(plan: &LaunchPlan) -> std::collections::BTreeMap<String, String> {
+    let point = crate::plan::BROKER_MOUNT_POINT;
+    let Some(m) = plan.mounts.iter().find(|m| m.target == point) else { return plan.env.clone() };
+    let host = m.source.to_string_lossy();
+    plan.env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.strip_prefix(point).map(|rest| format!("{host}{rest}")).unwrap_or_else(|| v.clone())))
+        .collect()
 }

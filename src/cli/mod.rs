@@ -1,7 +1,9 @@
 //! Command line: one module per subcommand. Parsing and dispatch only; the library decides.
 
+mod audit;
 mod check;
 mod init;
+mod mcp;
 mod plan;
 mod run;
 
@@ -67,8 +69,36 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Run a worker, or a command, inside its isolation boundary.
     Run(run::RunArgs),
+    /// Serve sandboxed tools to an agent over MCP on stdio.
+    Mcp(mcp::McpArgs),
+    /// Show the audit log.
+    Audit(audit::AuditArgs),
     /// Print the JSON Schema of workcell.yaml and of worker files.
     Schema,
+}
+
+/// How requests that need a person's yes are answered.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct ApprovalFlags {
+    /// Approve every request that needs consent, without asking.
+    #[arg(long, conflicts_with = "strict")]
+    pub approve_all: bool,
+    /// Deny every request that needs consent, without asking.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl ApprovalFlags {
+    pub fn mode(self) -> crate::tools::approval::ApprovalMode {
+        use crate::tools::approval::ApprovalMode;
+        if self.approve_all {
+            ApprovalMode::ApproveAll
+        } else if self.strict {
+            ApprovalMode::Strict
+        } else {
+            ApprovalMode::Interactive
+        }
+    }
 }
 
 fn init_logging(format: LogFormat) {
@@ -97,6 +127,8 @@ pub fn main() -> i32 {
         Command::Check(a) => check::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
         Command::Run(a) => run::run(&cli, a),
+        Command::Mcp(a) => mcp::run(&cli, a),
+        Command::Audit(a) => audit::run(&cli, a),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)

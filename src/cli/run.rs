@@ -4,10 +4,15 @@ use std::path::Path;
 
 use clap::Args;
 
-use super::{load_project, Cli, CliError};
+use std::sync::Arc;
+
+use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::backend::{self, Selected};
 use crate::config::{find_config, parse_bytes, parse_duration, BackendChoice, Limits, Project};
 use crate::plan::{LaunchPlan, Overrides};
+use crate::tools::broker::Broker;
+use crate::tools::runner::BackendRunner;
+use crate::tools::service::Caller;
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
 
 #[derive(Debug, Args)]
@@ -51,6 +56,8 @@ pub struct RunArgs {
     /// Isolation backend (default: the project's `defaults.backend`, else auto).
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+    #[command(flatten)]
+    pub approvals: ApprovalFlags,
     /// Command and arguments (overrides the worker's command).
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -136,7 +143,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         interactive: args.interactive,
         tty: args.tty,
     };
-    let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
+    let mut plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
     let choice = args.backend.or(worker.and_then(|w| w.backend)).unwrap_or(project.defaults.backend);
     let selected = backend::select(choice, &plan, project.require_os_sandbox).map_err(|e| CliError::Failed(e.to_string()))?;
     if choice == BackendChoice::Auto && selected != Selected::Docker {
@@ -146,5 +153,30 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
     }
     tracing::info!(run_id = %plan.run_id, backend = selected.name(), "starting run");
-    backend::run(selected, &plan).map_err(|e| CliError::Failed(e.to_string()))
+
+    // The broker: the worker's way to ask the host for what its mounts do not allow.
+    let caller = Caller { worker: worker.cloned(), chain: worker.iter().map(|w| w.name.clone()).collect() };
+    let worker_instructions = worker.map(|w| w.instructions.clone());
+    let project = Arc::new(project);
+    let mode = args.approvals.mode();
+    let runner = BackendRunner { project: project.clone(), choice, mode };
+    let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
+    let broker = Broker::start(service.clone()).map_err(CliError::Failed)?;
+    if let Some(text) = worker_instructions {
+        let _ = std::fs::write(broker.dir().join("instructions.md"), text);
+        plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
+    }
+    plan.attach_broker(broker.dir(), broker.token());
+    let audit = service.audit();
+    audit
+        .record("run_start", serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network,
+            "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}))
+        .map_err(|e| CliError::Failed(format!("cannot write the audit log: {e}")))?;
+    let result = backend::run(selected, &plan);
+    let _ = audit.record("run_end", serde_json::json!({"exit_code": result.as_ref().ok(), "error": result.as_ref().err().map(|e| e.to_string())}));
+    drop(broker);
+    if let Some(summary) = service.expansion_summary() {
+        eprintln!("{summary}");
+    }
+    result.map_err(|e| CliError::Failed(e.to_string()))
 }

@@ -10,7 +10,9 @@
 //! opening it, so a symlink swapped in between cannot lead outside.
 
 mod derive;
+mod bytes;
 mod error;
+mod expand;
 mod io;
 mod path;
 

@@ -3,4 +3,8 @@
 
 pub mod approval;
 pub mod audit;
+pub mod broker;
+pub mod mcp;
+pub mod runner;
+pub mod service;
 pub mod shell;

@@ -1,0 +1,42 @@
+//! `workcell mcp`: sandboxed tools for an agent on the host, over MCP on stdio.
+
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::{load_project, ApprovalFlags, Cli, CliError};
+use crate::config::BackendChoice;
+use crate::tools::mcp::McpServer;
+use crate::tools::runner::BackendRunner;
+use crate::tools::service::Caller;
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Serve with this worker's sandbox and rules (default: the project's sandbox).
+    #[arg(long)]
+    pub worker: Option<String>,
+    /// Backend for shell commands and child workers.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendChoice>,
+    #[command(flatten)]
+    pub approvals: ApprovalFlags,
+}
+
+pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
+    let project = Arc::new(load_project(cli.config.as_deref())?);
+    let worker = args.worker.as_deref().map(|w| project.worker(w).cloned()).transpose().map_err(CliError::Usage)?;
+    let sandbox = worker.as_ref().map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
+    let mode = args.approvals.mode();
+    let runner = BackendRunner { project: project.clone(), choice: args.backend.unwrap_or(project.defaults.backend), mode };
+    let run_id = crate::plan::new_run_id();
+    let chain = worker.iter().map(|w| w.name.clone()).collect();
+    let service = Arc::new(runner.service_for(Caller { worker, chain }, sandbox, &run_id));
+    let _ = service.audit().record("session_start", serde_json::json!({"transport": "mcp"}));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| CliError::Failed(format!("cannot start the runtime: {e}")))?;
+    let result = rt.block_on(McpServer::new(service.clone()).serve_stdio());
+    let _ = service.audit().record("session_end", serde_json::json!({"transport": "mcp"}));
+    if let Some(summary) = service.expansion_summary() {
+        eprintln!("{summary}");
+    }
+    result.map(|_| 0).map_err(CliError::Failed)
+}

@@ -1,0 +1,180 @@
+//! The broker: the tool service as HTTP+JSON on a Unix socket, mounted into a worker at
+//! `/run/workcell/broker.sock` and authenticated by a per-run token in the worker's env.
+//!
+//! ```text
+//! GET  /v1/tools          → {"tools": ["read_file", ...]}
+//! POST /v1/tools/{name}   body: the tool's JSON arguments
+//!                         → 200 {"ok": true, "result": ...}
+//!                         → 4xx {"ok": false, "error": {"kind": ..., "message": ...}}
+//! Header: Authorization: Bearer $WORKCELL_TOKEN
+//! ```
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+use super::service::{ToolError, ToolService, TOOL_NAMES};
+
+/// Where the broker's directory appears inside a worker.
+pub const BROKER_DIR_IN_WORKER: &str = "/run/workcell";
+/// The socket's file name inside that directory.
+pub const SOCKET_NAME: &str = "broker.sock";
+
+/// A running broker; dropping it stops the server and removes the socket directory.
+pub struct Broker {
+    dir: tempfile::TempDir,
+    token: String,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker").field("dir", &self.dir.path()).finish()
+    }
+}
+
+/// A fresh random token: 32 bytes from the OS, hex.
+pub fn new_token() -> Result<String, String> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).map_err(|e| format!("no randomness for the broker token: {e}"))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+#[derive(Clone)]
+struct AppState {
+    service: Arc<ToolService>,
+    token: Arc<String>,
+}
+
+impl Broker {
+    /// Starts serving `service` on a new socket in a private directory.
+    pub fn start(service: Arc<ToolService>) -> Result<Broker, String> {
+        let dir = tempfile::Builder::new().prefix("workcell-broker-").tempdir().map_err(|e| format!("cannot create the broker directory: {e}"))?;
+        // Owner only: the worker runs as the same uid; nobody else needs to connect.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+        let token = new_token()?;
+        let socket = dir.path().join(SOCKET_NAME);
+        let std_listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| format!("cannot bind the broker socket: {e}"))?;
+        std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let state = AppState { service, token: Arc::new(token.clone()) };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("workcell-broker".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!("broker runtime: {e}");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let listener = match tokio::net::UnixListener::from_std(std_listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!("broker listener: {e}");
+                            return;
+                        }
+                    };
+                    let app = Router::new().route("/v1/tools", get(list)).route("/v1/tools/{name}", post(call)).with_state(state);
+                    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+                        let _ = rx.await;
+                    });
+                    if let Err(e) = server.await {
+                        tracing::error!("broker: {e}");
+                    }
+                });
+            })
+            .map_err(|e| format!("cannot start the broker thread: {e}"))?;
+        Ok(Broker { dir, token, shutdown: Some(tx), thread: Some(thread) })
+    }
+
+    /// The host directory holding the socket (bind it at [`BROKER_DIR_IN_WORKER`]).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The socket's host path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join(SOCKET_NAME)
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn authorised(state: &AppState, headers: &HeaderMap) -> bool {
+    let expected = format!("Bearer {}", state.token);
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        // Constant-time comparison: the token is a secret.
+        .is_some_and(|v| v.len() == expected.len() && v.bytes().zip(expected.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0)
+}
+
+fn unauthorised() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        Json(json!({"ok": false, "error": {"kind": "unauthorised", "message": "missing or wrong token: send 'Authorization: Bearer $WORKCELL_TOKEN'"}})),
+    )
+        .into_response()
+}
+
+async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if !authorised(&state, &headers) {
+        return unauthorised();
+    }
+    Json(json!({"tools": TOOL_NAMES})).into_response()
+}
+
+async fn call(State(state): State<AppState>, UrlPath(name): UrlPath<String>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    if !authorised(&state, &headers) {
+        return unauthorised();
+    }
+    let args: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(v) => v,
+            Err(e) => {
+                return (StatusCode::BAD_REQUEST, Json(json!({"ok": false, "error": {"kind": "bad_request", "message": format!("the body is not JSON: {e}")}})))
+                    .into_response()
+            }
+        }
+    };
+    let service = state.service.clone();
+    // Tool calls block (file I/O, prompts on the terminal, child runs).
+    let result = tokio::task::spawn_blocking(move || service.call(&name, args)).await;
+    match result {
+        Ok(Ok(v)) => Json(json!({"ok": true, "result": v})).into_response(),
+        Ok(Err(e)) => {
+            let status = match &e {
+                ToolError::Failed(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                ToolError::Denied(_) => StatusCode::FORBIDDEN,
+                _ => StatusCode::UNPROCESSABLE_ENTITY,
+            };
+            (status, Json(json!({"ok": false, "error": {"kind": e.kind(), "message": e.to_string()}}))).into_response()
+        }
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, Json(json!({"ok": false, "error": {"kind": "failed", "message": e.to_string()}}))).into_response(),
+    }
+}

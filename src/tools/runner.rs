@@ -1,0 +1,98 @@
+//! Runs shell commands and child workers for the tool service inside a fresh boundary of
+//! the selected backend: the command sees the caller's sandbox, nothing more.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
+use super::audit::AuditLog;
+use super::broker::Broker;
+use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ToolService};
+use crate::backend::{self, Captured};
+use crate::config::{BackendChoice, Limits, Project, Worker};
+use crate::plan::{LaunchPlan, Overrides};
+use crate::sandbox::Sandbox;
+
+/// Runs commands on a backend chosen like `workcell run` chooses.
+#[derive(Debug, Clone)]
+pub struct BackendRunner {
+    pub project: Arc<Project>,
+    pub choice: BackendChoice,
+    pub mode: ApprovalMode,
+}
+
+/// A prompter for `mode`: the terminal when interactive and one exists, else none.
+pub fn prompter_for(mode: ApprovalMode) -> Option<Box<dyn Prompter>> {
+    match mode {
+        ApprovalMode::Interactive if std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok() => Some(Box::new(TerminalPrompter)),
+        _ => None,
+    }
+}
+
+fn to_output(c: Captured) -> ShellOutput {
+    ShellOutput {
+        exit_code: c.exit_code,
+        stdout: String::from_utf8_lossy(&c.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&c.stderr).into_owned(),
+        timed_out: c.timed_out,
+    }
+}
+
+impl BackendRunner {
+    fn execute(&self, plan: &LaunchPlan) -> Result<ShellOutput, String> {
+        let selected = backend::select(self.choice, plan, self.project.require_os_sandbox).map_err(|e| e.to_string())?;
+        backend::run_captured(selected, plan).map(to_output).map_err(|e| e.to_string())
+    }
+
+    /// The tool service a child worker talks to, sharing this runner.
+    pub fn service_for(&self, caller: Caller, sandbox: Sandbox, run_id: &str) -> ToolService {
+        ToolService::new(
+            self.project.clone(),
+            caller,
+            sandbox,
+            Approver::new(self.mode, prompter_for(self.mode)),
+            AuditLog::new(&self.project.dir, run_id),
+            Arc::new(self.clone()),
+        )
+    }
+}
+
+impl SandboxRunner for BackendRunner {
+    fn run(&self, sandbox: &Sandbox, args: &[String], timeout_secs: u64) -> Result<ShellOutput, String> {
+        let ov = Overrides {
+            command: Some(args.to_vec()),
+            limits: Limits { timeout: Some(Duration::from_secs(timeout_secs)), ..Limits::default() },
+            ..Overrides::default()
+        };
+        let plan = LaunchPlan::build(&self.project, None, sandbox, &ov).map_err(|e| e.to_string())?;
+        self.execute(&plan)
+    }
+
+    fn run_worker(&self, worker: &Worker, sandbox: &Sandbox, input: &str, attachments: &[Attachment], _depth: usize, chain: &[String]) -> Result<ShellOutput, String> {
+        let mut plan = LaunchPlan::build(&self.project, Some(worker), sandbox, &Overrides::default()).map_err(|e| e.to_string())?;
+        let audit = AuditLog::new(&self.project.dir, &plan.run_id);
+        let caller = Caller { worker: Some(worker.clone()), chain: chain.to_vec() };
+        let service = Arc::new(self.service_for(caller, sandbox.clone(), &plan.run_id));
+        let broker = Broker::start(service)?;
+        // Input and attachments sit beside the socket, in the read-only broker directory.
+        std::fs::write(broker.dir().join("input.txt"), input).map_err(|e| format!("cannot stage the input: {e}"))?;
+        let dir = broker.dir().join("attachments");
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot stage attachments: {e}"))?;
+        for a in attachments {
+            std::fs::write(dir.join(&a.name), &a.bytes).map_err(|e| format!("cannot stage attachment {}: {e}", a.name))?;
+        }
+        std::fs::write(broker.dir().join("instructions.md"), &worker.instructions).map_err(|e| e.to_string())?;
+        plan.attach_broker(broker.dir(), broker.token());
+        plan.env.insert("WORKCELL_INPUT".into(), format!("{}/input.txt", crate::plan::BROKER_MOUNT_POINT));
+        plan.env.insert("WORKCELL_ATTACHMENTS".into(), format!("{}/attachments", crate::plan::BROKER_MOUNT_POINT));
+        plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
+        plan.env.insert("WORKCELL_CHAIN".into(), chain.join(" -> "));
+        let _ = audit.record("run_start", json!({"worker": worker.name, "chain": chain, "mounts": plan.mounts.len()}));
+        let out = self.execute(&plan);
+        let _ = audit.record("run_end", json!({"worker": worker.name, "exit_code": out.as_ref().map(|o| o.exit_code).ok()}));
+        drop(broker);
+        out
+    }
+}

@@ -1,0 +1,570 @@
+//! `ToolService`: the operations a worker (through the broker socket) or an agent (through
+//! MCP) asks for, checked against the sandbox and its policies, gated by approvals, and
+//! recorded in the audit log. One service, two transports.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::approval::{Action, ApprovalRequest, Approver, Decision};
+use super::audit::AuditLog;
+use super::shell::{ShellDecision, ShellPolicy};
+use crate::config::{Project, Worker};
+use crate::sandbox::{Approval, Mount, Sandbox, SandboxError, ZoneMode};
+
+/// Default and largest `read_file` window, in characters.
+pub const DEFAULT_MAX_CHARS: usize = 200_000;
+/// Default shell timeout (SPEC §6).
+pub const DEFAULT_SHELL_TIMEOUT_SECS: u64 = 30;
+/// Output kept per stream of a shell command.
+pub const SHELL_OUTPUT_CAP: usize = 50_000;
+/// Deepest chain of worker calls.
+pub const MAX_DEPTH: usize = 5;
+
+/// Why a tool call did not happen. Every variant's message is meant for the caller (often an
+/// LLM) to act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// The sandbox refused (outside, read-only, suffix, size…).
+    #[error("{0}")]
+    Sandbox(#[from] SandboxError),
+    /// A person (or the approval mode) said no, or the zone blocks the operation.
+    #[error("{0}")]
+    Denied(String),
+    /// The request itself is not allowed or malformed (shell rule, unknown worker, cycle…).
+    #[error("{0}")]
+    Refused(String),
+    /// Something failed while carrying the request out.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl ToolError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToolError::Sandbox(e) => e.kind(),
+            ToolError::Denied(_) => "denied",
+            ToolError::Refused(_) => "refused",
+            ToolError::Failed(_) => "failed",
+        }
+    }
+}
+
+/// Output of a command run inside the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ShellOutput {
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+}
+
+/// Runs commands inside a sandbox: a fresh boundary per call (bwrap, docker, or — only when
+/// chosen — none). Injected so the service does not depend on one backend.
+pub trait SandboxRunner: Send + Sync {
+    /// Runs `args` with `sandbox`'s filesystem and network, within `timeout_secs`.
+    fn run(&self, sandbox: &Sandbox, args: &[String], timeout_secs: u64) -> Result<ShellOutput, String>;
+    /// Runs a child worker with `sandbox`, its input and its attachments (host files copied
+    /// into a private directory the child sees read-only); returns its output.
+    fn run_worker(&self, worker: &Worker, sandbox: &Sandbox, input: &str, attachments: &[Attachment], depth: usize, chain: &[String]) -> Result<ShellOutput, String>;
+}
+
+/// A file handed to a child worker: its name and content, read beneath the caller's sandbox
+/// (so a symlink swapped in after the check cannot substitute another file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+/// Who is calling: the worker (for `workers:` and rules) and its place in a delegation chain.
+#[derive(Debug, Clone, Default)]
+pub struct Caller {
+    pub worker: Option<Worker>,
+    /// Worker names from the top of the chain to this caller.
+    pub chain: Vec<String>,
+}
+
+/// A `read_file` request.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct ReadArgs {
+    /// Sandbox path, e.g. /data/report.md.
+    pub path: String,
+    /// Characters to return (default 200000).
+    pub max_chars: Option<usize>,
+    /// Character offset to start from (default 0).
+    pub offset: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct WriteArgs {
+    pub path: String,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct EditArgs {
+    pub path: String,
+    /// Text that occurs exactly once in the file.
+    pub old_text: String,
+    pub new_text: String,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct PathArgs {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct ListArgs {
+    /// Directory to list (default "/": the zones).
+    pub path: Option<String>,
+    /// Glob relative to it; '*' stays within one directory, '**' crosses them (default "*").
+    pub pattern: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct ShellArgs {
+    /// One command line, without pipes, redirections or chains.
+    pub command: String,
+    /// Seconds before the command is killed (default 30).
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct CallWorkerArgs {
+    /// Worker name (one this worker may call).
+    pub name: String,
+    /// Input text handed to the child.
+    #[serde(default)]
+    pub input: String,
+    /// Sandbox paths of files the child receives read-only.
+    #[serde(default)]
+    pub attachments: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct AccessArgs {
+    /// A host path outside the sandbox (absolute).
+    pub path: String,
+    /// "ro" or "rw".
+    pub mode: String,
+}
+
+/// Directories granted during this session by dynamic expansion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Expansion {
+    pub host_dir: PathBuf,
+    pub zone: String,
+    pub mode: ZoneMode,
+}
+
+/// The tool service of one run (or one MCP session).
+pub struct ToolService {
+    project: Arc<Project>,
+    caller: Caller,
+    sandbox: RwLock<Sandbox>,
+    shell: ShellPolicy,
+    approver: Mutex<Approver>,
+    audit: AuditLog,
+    runner: Arc<dyn SandboxRunner>,
+    expansions: Mutex<Vec<Expansion>>,
+}
+
+impl std::fmt::Debug for ToolService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolService").field("caller", &self.caller.chain).finish()
+    }
+}
+
+/// Names of the tools, as both transports expose them.
+pub const TOOL_NAMES: &[&str] =
+    &["read_file", "write_file", "edit_file", "delete_file", "list_files", "shell", "call_worker", "request_access"];
+
+fn args<T: for<'de> Deserialize<'de>>(tool: &str, v: Value) -> Result<T, ToolError> {
+    serde_json::from_value(v).map_err(|e| ToolError::Refused(format!("invalid arguments for {tool}: {e}")))
+}
+
+impl ToolService {
+    pub fn new(project: Arc<Project>, caller: Caller, sandbox: Sandbox, approver: Approver, audit: AuditLog, runner: Arc<dyn SandboxRunner>) -> ToolService {
+        let shell = match &caller.worker {
+            Some(w) => ShellPolicy {
+                tool: w.tool_rules.get("shell").copied().unwrap_or_default(),
+                rules: w.shell_rules.clone(),
+                default: w.shell_default,
+            },
+            None => ShellPolicy::default(),
+        };
+        ToolService {
+            project,
+            caller,
+            sandbox: RwLock::new(sandbox),
+            shell,
+            approver: Mutex::new(approver),
+            audit,
+            runner,
+            expansions: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn audit(&self) -> &AuditLog {
+        &self.audit
+    }
+
+    /// The current effective sandbox (including session expansions).
+    pub fn sandbox(&self) -> Sandbox {
+        self.sandbox.read().map(|s| s.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Session expansions granted so far.
+    pub fn expansions(&self) -> Vec<Expansion> {
+        self.expansions.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Calls a tool by name with JSON arguments; records the call and its outcome.
+    pub fn call(&self, tool: &str, arguments: Value) -> Result<Value, ToolError> {
+        let result = self.dispatch(tool, arguments.clone());
+        let outcome = match &result {
+            Ok(_) => json!({"tool": tool, "args": redact(tool, &arguments), "ok": true}),
+            Err(e) => json!({"tool": tool, "args": redact(tool, &arguments), "ok": false, "kind": e.kind(), "error": e.to_string()}),
+        };
+        if let Err(e) = self.audit.record("tool_call", outcome) {
+            return Err(ToolError::Failed(format!("cannot write the audit log: {e}")));
+        }
+        result
+    }
+
+    fn dispatch(&self, tool: &str, v: Value) -> Result<Value, ToolError> {
+        match tool {
+            "read_file" => {
+                let a: ReadArgs = args(tool, v)?;
+                self.read_file(&a.path, a.max_chars.unwrap_or(DEFAULT_MAX_CHARS), a.offset.unwrap_or(0))
+            }
+            "write_file" => {
+                let a: WriteArgs = args(tool, v)?;
+                self.write_file(&a.path, &a.content)
+            }
+            "edit_file" => {
+                let a: EditArgs = args(tool, v)?;
+                self.edit_file(&a.path, &a.old_text, &a.new_text)
+            }
+            "delete_file" => {
+                let a: PathArgs = args(tool, v)?;
+                self.delete_file(&a.path)
+            }
+            "list_files" => {
+                let a: ListArgs = args(tool, v)?;
+                self.list_files(a.path.as_deref().unwrap_or("/"), a.pattern.as_deref().unwrap_or("*"))
+            }
+            "shell" => {
+                let a: ShellArgs = args(tool, v)?;
+                self.shell(&a.command, a.timeout.unwrap_or(DEFAULT_SHELL_TIMEOUT_SECS))
+            }
+            "call_worker" => {
+                let a: CallWorkerArgs = args(tool, v)?;
+                self.call_worker(&a.name, &a.input, &a.attachments)
+            }
+            "request_access" => {
+                let a: AccessArgs = args(tool, v)?;
+                self.request_access(&a.path, &a.mode)
+            }
+            other => Err(ToolError::Refused(format!("unknown tool '{other}'; tools: {}", TOOL_NAMES.join(", ")))),
+        }
+    }
+
+    fn tool_allowed(&self, tool: &str) -> Result<(), ToolError> {
+        let rule = self.caller.worker.as_ref().and_then(|w| w.tool_rules.get(tool).copied());
+        if rule.and_then(|r| r.allowed) == Some(false) {
+            return Err(ToolError::Refused(format!("the {tool} tool is disabled for this worker (tool_rules.{tool}.allowed: false)")));
+        }
+        Ok(())
+    }
+
+    /// Asks for consent when the zone's approval for `action` is `ask`; refuses `blocked`.
+    fn gate(&self, mount: Option<&Mount>, action: Action, path: &str) -> Result<(), ToolError> {
+        let Some(m) = mount else { return Ok(()) };
+        let setting = match action {
+            Action::Read => m.approval.read,
+            Action::Write => m.approval.write,
+            Action::Delete => m.approval.delete,
+            _ => Approval::Ask,
+        };
+        match setting {
+            Approval::PreApproved => Ok(()),
+            Approval::Blocked => {
+                let what = match action {
+                    Action::Delete => "deletes",
+                    Action::Read => "reads",
+                    _ => "writes",
+                };
+                Err(ToolError::Denied(format!("{what} in {} are blocked by the project's approval settings", m.mount_point)))
+            }
+            Approval::Ask => self.consent(ApprovalRequest::file(action, path)),
+        }
+    }
+
+    /// Decides a consent request and audits the decision.
+    fn consent(&self, req: ApprovalRequest) -> Result<(), ToolError> {
+        let decision = match self.approver.lock() {
+            Ok(mut a) => a.decide(&req),
+            Err(_) => Decision::Denied { reason: "the approval engine failed earlier in this session".into() },
+        };
+        self.audit
+            .record("decision", json!({"action": req.action, "subject": req.subject, "scope": req.scope, "decision": decision}))
+            .map_err(|e| ToolError::Failed(format!("cannot write the audit log: {e}")))?;
+        match decision {
+            Decision::Approved { .. } => Ok(()),
+            Decision::Denied { reason } => Err(ToolError::Denied(reason)),
+        }
+    }
+
+    pub fn read_file(&self, path: &str, max_chars: usize, offset: usize) -> Result<Value, ToolError> {
+        self.tool_allowed("read_file")?;
+        let sb = self.sandbox();
+        sb.resolve(path)?;
+        self.gate(sb.mount_of(path), Action::Read, path)?;
+        let r = sb.read(path, max_chars.min(DEFAULT_MAX_CHARS), offset)?;
+        Ok(serde_json::to_value(r).unwrap_or(Value::Null))
+    }
+
+    pub fn write_file(&self, path: &str, content: &str) -> Result<Value, ToolError> {
+        self.tool_allowed("write_file")?;
+        let sb = self.sandbox();
+        // Sandbox refusals come before any prompt: nobody is asked about the impossible.
+        sb.resolve_for_write(path)?;
+        sb.check_suffix(path)?;
+        self.gate(sb.mount_of(path), Action::Write, path)?;
+        sb.write(path, content)?;
+        Ok(json!({"path": path, "bytes": content.len()}))
+    }
+
+    pub fn edit_file(&self, path: &str, old: &str, new: &str) -> Result<Value, ToolError> {
+        self.tool_allowed("edit_file")?;
+        let sb = self.sandbox();
+        sb.resolve_for_write(path)?;
+        sb.check_suffix(path)?;
+        // Check the match before asking, so a person approves an edit that can happen.
+        let text = sb.read(path, usize::MAX, 0)?.content;
+        let count = if old.is_empty() { 0 } else { text.matches(old).count() };
+        if count != 1 {
+            // Let the core produce its standard message.
+            sb.edit(path, old, new)?;
+        }
+        self.gate(sb.mount_of(path), Action::Write, path)?;
+        sb.edit(path, old, new)?;
+        Ok(json!({"path": path, "edited": true}))
+    }
+
+    pub fn delete_file(&self, path: &str) -> Result<Value, ToolError> {
+        self.tool_allowed("delete_file")?;
+        let sb = self.sandbox();
+        sb.resolve_for_write(path)?;
+        if !sb.exists(path)? {
+            return Err(SandboxError::NotFound { path: path.into(), hint: String::new() }.into());
+        }
+        self.gate(sb.mount_of(path), Action::Delete, path)?;
+        sb.delete(path)?;
+        Ok(json!({"path": path, "deleted": true}))
+    }
+
+    pub fn list_files(&self, path: &str, pattern: &str) -> Result<Value, ToolError> {
+        self.tool_allowed("list_files")?;
+        Ok(json!({"path": path, "entries": self.sandbox().list(path, pattern)?}))
+    }
+
+    pub fn shell(&self, command: &str, timeout: u64) -> Result<Value, ToolError> {
+        let sb = self.sandbox();
+        let (args, approval_required, rule) = match self.shell.decide(command, &sb) {
+            ShellDecision::Refused { reason } => return Err(ToolError::Refused(format!("cannot run '{command}': {reason}"))),
+            ShellDecision::Allowed { args, approval_required, rule } => (args, approval_required, rule),
+        };
+        if approval_required {
+            let scope = rule.clone().unwrap_or_else(|| command.to_string());
+            self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
+        }
+        let mut out = self.runner.run(&sb, &args, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
+        cap(&mut out.stdout);
+        cap(&mut out.stderr);
+        if out.timed_out {
+            out.stderr.push_str(&format!("\n[workcell: the command was killed after {timeout} s]"));
+        }
+        if out.exit_code != 0 {
+            annotate(&mut out, &sb);
+        }
+        Ok(serde_json::to_value(out).unwrap_or(Value::Null))
+    }
+
+    pub fn call_worker(&self, name: &str, input: &str, attachments: &[String]) -> Result<Value, ToolError> {
+        let allowed = match &self.caller.worker {
+            Some(w) => w.workers.iter().any(|x| x == name || x == "*"),
+            // The host agent (MCP) may call any worker of the project.
+            None => true,
+        };
+        if !allowed {
+            let list = self.caller.worker.as_ref().map(|w| w.workers.join(", ")).unwrap_or_default();
+            return Err(ToolError::Refused(format!(
+                "this worker may not call '{name}'; it may call: {}",
+                if list.is_empty() { "no workers" } else { &list }
+            )));
+        }
+        let child = self.project.worker(name).map_err(ToolError::Refused)?.clone();
+        let mut chain = self.caller.chain.clone();
+        if chain.iter().any(|c| c == name) {
+            chain.push(name.to_string());
+            return Err(ToolError::Refused(format!("worker call cycle refused: {}", chain.join(" -> "))));
+        }
+        if chain.len() >= MAX_DEPTH {
+            return Err(ToolError::Refused(format!("worker calls may nest at most {MAX_DEPTH} deep: {} -> {name}", chain.join(" -> "))));
+        }
+        chain.push(name.to_string());
+        let sb = self.sandbox();
+        let child_sandbox = child.decl.apply(&sb).map_err(ToolError::Sandbox)?;
+        let files = self.check_attachments(&sb, &child, attachments)?;
+        let ask = self.caller.worker.as_ref().and_then(|w| w.tool_rules.get("call_worker").and_then(|r| r.approval_required)).unwrap_or(true);
+        if ask {
+            self.consent(ApprovalRequest::new(Action::Delegate, format!("{name} (chain {})", chain.join(" -> ")), name))?;
+        }
+        self.audit
+            .record("delegation", json!({"worker": name, "chain": chain, "attachments": attachments, "readable": child_sandbox.readable_roots(), "writable": child_sandbox.writable_roots()}))
+            .map_err(|e| ToolError::Failed(format!("cannot write the audit log: {e}")))?;
+        let out = self
+            .runner
+            .run_worker(&child, &child_sandbox, input, &files, chain.len(), &chain)
+            .map_err(|e| ToolError::Failed(format!("worker '{name}' could not run: {e}")))?;
+        Ok(json!({"worker": name, "exit_code": out.exit_code, "output": out.stdout, "stderr": out.stderr, "timed_out": out.timed_out}))
+    }
+
+    /// Attachments must be readable by the caller, pass the child's attachment policy, and
+    /// are handed over as host files the runner copies into a read-only directory.
+    fn check_attachments(&self, sb: &Sandbox, child: &Worker, attachments: &[String]) -> Result<Vec<Attachment>, ToolError> {
+        let policy = &child.attachment_policy;
+        if let Some(max) = policy.max_attachments {
+            if attachments.len() > max {
+                return Err(ToolError::Refused(format!("worker '{}' accepts at most {max} attachments; {} given", child.name, attachments.len())));
+            }
+        }
+        let mut total = 0u64;
+        let mut out = Vec::new();
+        for a in attachments {
+            sb.resolve(a)?;
+            sb.check_suffix(a)?;
+            let stat = sb.stat(a)?;
+            if stat.kind != crate::sandbox::FileKind::File {
+                return Err(ToolError::Refused(format!("attachment '{a}' is not a file")));
+            }
+            let lower = a.to_lowercase();
+            if let Some(allowed) = &policy.allowed_suffixes {
+                if !allowed.iter().any(|s| lower.ends_with(&crate::sandbox::normalise_suffix(s))) {
+                    return Err(ToolError::Refused(format!("worker '{}' accepts attachments with suffixes {} only; '{a}' is not one", child.name, allowed.join(", "))));
+                }
+            }
+            if let Some(denied) = &policy.denied_suffixes {
+                if denied.iter().any(|s| lower.ends_with(&crate::sandbox::normalise_suffix(s))) {
+                    return Err(ToolError::Refused(format!("worker '{}' does not accept '{a}': suffixes {} are denied", child.name, denied.join(", "))));
+                }
+            }
+            total += stat.size;
+            if let Some(max) = policy.max_total_bytes {
+                if total > max {
+                    return Err(ToolError::Refused(format!("attachments exceed {max} bytes in total, the most worker '{}' accepts", child.name)));
+                }
+            }
+            let bytes = sb.read_bytes(a)?;
+            let name = a.trim_end_matches('/').rsplit(['/', ':']).next().unwrap_or("attachment").to_string();
+            if out.iter().any(|x: &Attachment| x.name == name) {
+                return Err(ToolError::Refused(format!("two attachments are named '{name}'; attachments need distinct file names")));
+            }
+            out.push(Attachment { name, bytes });
+        }
+        Ok(out)
+    }
+
+    /// Seed 000: grants access to a directory outside the sandbox for this session, after
+    /// consent, read and write separately. Only with `dynamic: true`.
+    pub fn request_access(&self, path: &str, mode: &str) -> Result<Value, ToolError> {
+        if !self.project.dynamic {
+            return Err(ToolError::Refused(
+                "access outside the sandbox cannot be granted: this project does not enable dynamic expansion (sandbox.dynamic: true)".into(),
+            ));
+        }
+        let mode = match mode {
+            "ro" => ZoneMode::Ro,
+            "rw" => ZoneMode::Rw,
+            other => return Err(ToolError::Refused(format!("mode '{other}' is not 'ro' or 'rw'"))),
+        };
+        let p = std::path::Path::new(path);
+        if !p.is_absolute() || path.contains('\0') {
+            return Err(ToolError::Refused(format!("'{path}' must be an absolute host path")));
+        }
+        let canon = std::fs::canonicalize(p).map_err(|e| ToolError::Refused(format!("'{path}' cannot be used: {e}")))?;
+        let dir = if canon.is_dir() { canon } else { canon.parent().map(|d| d.to_path_buf()).unwrap_or(canon) };
+        let verb = if mode == ZoneMode::Rw { "read and write" } else { "read" };
+        self.consent(ApprovalRequest::new(Action::Expand, format!("{} ({verb}) for this session", dir.display()), format!("{}:{mode}", dir.display())))?;
+        let zone = format!("granted-{}", self.expansions().len() + 1);
+        let mut sb = self.sandbox.write().map_err(|_| ToolError::Failed("the sandbox lock was poisoned".into()))?;
+        let expanded = sb.with_extra_mount(&zone, &dir, mode).map_err(ToolError::Sandbox)?;
+        *sb = expanded;
+        if let Ok(mut e) = self.expansions.lock() {
+            e.push(Expansion { host_dir: dir.clone(), zone: zone.clone(), mode });
+        }
+        self.audit
+            .record("expansion", json!({"host_dir": dir, "zone": zone, "mode": mode}))
+            .map_err(|e| ToolError::Failed(format!("cannot write the audit log: {e}")))?;
+        Ok(json!({"granted": format!("/{zone}"), "mode": mode, "note": format!("the directory is reachable at /{zone} for this session")}))
+    }
+
+    /// The `zones:` lines that would make this session's expansions permanent.
+    pub fn expansion_summary(&self) -> Option<String> {
+        let e = self.expansions();
+        if e.is_empty() {
+            return None;
+        }
+        let mut s = String::from("To keep the access granted in this session, add to workcell.yaml under sandbox.zones:\n");
+        for x in e {
+            s.push_str(&format!("    {}: {{path: {}, mode: {}}}\n", x.zone, x.host_dir.display(), x.mode));
+        }
+        Some(s)
+    }
+}
+
+/// Arguments as audited: file contents are summarised, not copied into the log.
+fn redact(tool: &str, v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(obj) = v.as_object_mut() {
+        for key in ["content", "old_text", "new_text", "input"] {
+            if let Some(Value::String(s)) = obj.get(key) {
+                let n = s.len();
+                obj.insert(key.to_string(), json!(format!("<{n} bytes>")));
+            }
+        }
+    }
+    let _ = tool;
+    v
+}
+
+/// Keeps at most [`SHELL_OUTPUT_CAP`] bytes (on a char boundary) and says what was cut.
+fn cap(s: &mut String) {
+    if s.len() > SHELL_OUTPUT_CAP {
+        let mut end = SHELL_OUTPUT_CAP;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = s.len() - end;
+        s.truncate(end);
+        s.push_str(&format!("\n[workcell: output truncated, {cut} more bytes]"));
+    }
+}
+
+/// Adds the sandbox's context to a failed command's stderr (seed 002).
+fn annotate(out: &mut ShellOutput, sb: &Sandbox) {
+    let e = out.stderr.to_lowercase();
+    if e.contains("permission denied") || e.contains("read-only file system") || e.contains("operation not permitted") {
+        out.stderr.push_str(&format!("\n\nNote: this worker's writable paths are: {}", crate::sandbox::PathList(sb.writable_roots())));
+    }
+    let net = ["network is unreachable", "could not resolve", "bad address", "temporary failure in name resolution", "connection refused", "name or service not known"];
+    if !sb.network() && net.iter().any(|n| e.contains(n)) {
+        out.stderr.push_str("\n\nNote: network access is disabled for this worker.");
+    }
+}
