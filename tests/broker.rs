@@ -1,0 +1,154 @@
+//! The broker socket, spoken to by curl (a client we did not write): token, tools, approval
+//! modes, zone approval settings, and the audit lines each call leaves.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use serde_json::Value;
+use workcell::config::{BackendChoice, Project};
+use workcell::tools::approval::{ApprovalMode, Approver};
+use workcell::tools::audit::{read_all, AuditLog};
+use workcell::tools::broker::Broker;
+use workcell::tools::runner::BackendRunner;
+use workcell::tools::service::{Caller, ToolService};
+
+const CONFIG: &str = "sandbox:
+  zones:
+    data: {path: ./data, mode: ro}
+    drafts: {path: ./drafts, mode: rw, approval: {write: ask, delete: blocked}}
+    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}
+";
+
+fn setup(mode: ApprovalMode) -> (tempfile::TempDir, Arc<ToolService>, Broker) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for d in ["data", "drafts", "out"] {
+        std::fs::create_dir(tmp.path().join(d)).expect("mkdir");
+    }
+    std::fs::write(tmp.path().join("data/a.txt"), "alpha beta\n").expect("write");
+    std::fs::write(tmp.path().join("drafts/keep.txt"), "keep me\n").expect("write");
+    let project = Arc::new(Project::from_text(CONFIG, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
+    let runner = Arc::new(BackendRunner { project: project.clone(), choice: BackendChoice::None, mode });
+    let service = Arc::new(ToolService::new(
+        project.clone(),
+        Caller::default(),
+        project.sandbox.clone(),
+        Approver::new(mode, None),
+        AuditLog::new(&project.dir, "test-run"),
+        runner,
+    ));
+    let broker = Broker::start(service.clone()).expect("broker");
+    (tmp, service, broker)
+}
+
+/// POSTs (or GETs without a body) through curl; returns (HTTP status, JSON body).
+fn curl(socket: &Path, token: Option<&str>, path: &str, body: Option<&str>) -> (u16, Value) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-o", "-", "-w", "\n%{http_code}", "--unix-socket"]).arg(socket);
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    if let Some(b) = body {
+        cmd.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+    }
+    cmd.arg(format!("http://workcell{path}"));
+    let out = cmd.output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (json, code) = text.rsplit_once('\n').expect("status line");
+    (code.trim().parse().expect("status"), serde_json::from_str(json).unwrap_or(Value::Null))
+}
+
+#[test]
+fn requests_without_the_token_are_refused() {
+    let (_t, _s, broker) = setup(ApprovalMode::ApproveAll);
+    let (code, body) = curl(&broker.socket(), None, "/v1/tools", None);
+    assert_eq!(code, 401);
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("WORKCELL_TOKEN"));
+    let (code, _) = curl(&broker.socket(), Some("wrong"), "/v1/tools/read_file", Some(r#"{"path":"/data/a.txt"}"#));
+    assert_eq!(code, 401);
+    let (code, body) = curl(&broker.socket(), Some(broker.token()), "/v1/tools", None);
+    assert_eq!(code, 200);
+    assert!(body["tools"].as_array().expect("list").iter().any(|t| t == "call_worker"));
+}
+
+#[test]
+fn file_tools_answer_with_results_and_llm_friendly_refusals() {
+    let (tmp, _s, broker) = setup(ApprovalMode::Strict);
+    let t = Some(broker.token());
+    let (code, body) = curl(&broker.socket(), t, "/v1/tools/read_file", Some(r#"{"path":"data/a.txt"}"#));
+    assert_eq!((code, body["result"]["content"].as_str()), (200, Some("alpha beta\n")));
+    // Pre-approved zone: written without asking even in strict mode.
+    let (code, _) = curl(&broker.socket(), t, "/v1/tools/write_file", Some(r#"{"path":"/out/r.txt","content":"ok"}"#));
+    assert_eq!(code, 200);
+    assert_eq!(std::fs::read_to_string(tmp.path().join("out/r.txt")).expect("written"), "ok");
+    let (code, body) = curl(&broker.socket(), t, "/v1/tools/read_file", Some(r#"{"path":"/data/../../etc/passwd"}"#));
+    assert_eq!(code, 422);
+    assert_eq!(body["error"]["kind"], "outside_sandbox");
+    let (code, body) = curl(&broker.socket(), t, "/v1/tools/edit_file", Some(r#"{"path":"/out/r.txt","old_text":"zz","new_text":"y"}"#));
+    assert_eq!((code, body["error"]["kind"].as_str()), (422, Some("edit_mismatch")));
+    let (code, body) = curl(&broker.socket(), t, "/v1/tools/list_files", Some(r#"{"path":"/"}"#));
+    assert_eq!(code, 200);
+    assert_eq!(body["result"]["entries"], serde_json::json!(["/data/", "/drafts/", "/out/"]));
+    let (code, body) = curl(&broker.socket(), t, "/v1/tools/no_such_tool", Some("{}"));
+    assert_eq!(code, 422);
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("read_file"));
+}
+
+#[test]
+fn ask_zone_writes_follow_the_approval_mode_and_denials_change_nothing() {
+    let (tmp, _s, broker) = setup(ApprovalMode::Strict);
+    let (code, body) = curl(&broker.socket(), Some(broker.token()), "/v1/tools/write_file", Some(r#"{"path":"/drafts/new.txt","content":"x"}"#));
+    assert_eq!(code, 403);
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("--strict"));
+    assert!(!tmp.path().join("drafts/new.txt").exists(), "a denied write leaves nothing behind");
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path().join("drafts")).expect("dir").filter_map(Result::ok).map(|e| e.file_name()).collect();
+    assert_eq!(leftovers.len(), 1, "no temporary files either: {leftovers:?}");
+    // Deletes in drafts are blocked whatever the mode.
+    let (code, body) = curl(&broker.socket(), Some(broker.token()), "/v1/tools/delete_file", Some(r#"{"path":"/drafts/keep.txt"}"#));
+    assert_eq!(code, 403);
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("blocked"));
+    assert!(tmp.path().join("drafts/keep.txt").exists());
+    drop(broker);
+
+    let (tmp2, _s2, broker2) = setup(ApprovalMode::ApproveAll);
+    let (code, _) = curl(&broker2.socket(), Some(broker2.token()), "/v1/tools/write_file", Some(r#"{"path":"/drafts/new.txt","content":"x"}"#));
+    assert_eq!(code, 200);
+    assert_eq!(std::fs::read_to_string(tmp2.path().join("drafts/new.txt")).expect("written"), "x");
+
+    // The audit log records each call and each decision.
+    let events = read_all(tmp.path()).expect("audit");
+    assert!(events.iter().any(|e| e["event"] == "decision" && e["subject"] == "/drafts/new.txt" && e["decision"]["outcome"] == "denied"));
+    assert!(events.iter().any(|e| e["event"] == "tool_call" && e["tool"] == "delete_file" && e["kind"] == "denied"));
+    let events2 = read_all(tmp2.path()).expect("audit");
+    assert!(events2.iter().any(|e| e["event"] == "decision" && e["decision"]["by"] == "approve_all"));
+}
+
+#[test]
+fn dynamic_expansion_is_refused_unless_enabled() {
+    let (_t, service, _b) = setup(ApprovalMode::ApproveAll);
+    let err = service.call("request_access", serde_json::json!({"path": "/tmp", "mode": "ro"})).expect_err("refused");
+    assert!(err.to_string().contains("dynamic: true"), "{err}");
+}
+
+#[test]
+fn dynamic_expansion_grants_a_directory_for_the_session() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(tmp.path().join("out")).expect("mkdir");
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(outside.path().join("notes.txt"), "outside notes").expect("write");
+    let yaml = "sandbox:\n  dynamic: true\n  zones:\n    out: {path: ./out, mode: rw}\n";
+    let project = Arc::new(Project::from_text(yaml, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
+    let runner = Arc::new(BackendRunner { project: project.clone(), choice: BackendChoice::None, mode: ApprovalMode::ApproveAll });
+    let service = ToolService::new(project.clone(), Caller::default(), project.sandbox.clone(), Approver::new(ApprovalMode::ApproveAll, None), AuditLog::new(tmp.path(), "r"), runner);
+    let granted = service
+        .call("request_access", serde_json::json!({"path": outside.path().join("notes.txt"), "mode": "ro"}))
+        .expect("granted");
+    let zone = granted["granted"].as_str().expect("zone").to_string();
+    let read = service.call("read_file", serde_json::json!({"path": format!("{zone}/notes.txt")})).expect("readable now");
+    assert_eq!(read["content"], "outside notes");
+    // Read-only grant: writing there is still refused.
+    assert!(service.call("write_file", serde_json::json!({"path": format!("{zone}/x.txt"), "content": "x"})).is_err());
+    let summary = service.expansion_summary().expect("summary");
+    assert!(summary.contains(outside.path().to_str().expect("utf8")) && summary.contains("mode: ro"), "{summary}");
+    assert!(read_all(tmp.path()).expect("audit").iter().any(|e| e["event"] == "expansion"));
+}
