@@ -1,0 +1,165 @@
+//! End to end through the broker, against the real backends: a worker asks the host to write
+//! into an `ask` zone (answered through a pseudo-terminal), and delegates to child workers
+//! that run in their own containers / bwrap sandboxes. The same bodies run on docker and on
+//! bwrap.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn required(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "1")
+}
+
+/// Whether `backend` can run here; fails instead of skipping when CI requires it.
+fn available(backend: &str) -> bool {
+    let (ok, var) = match backend {
+        "docker" => (Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().is_ok_and(|o| o.status.success()), "WORKCELL_REQUIRE_DOCKER"),
+        _ => (Command::new("bwrap").args(["--ro-bind", "/", "/", "true"]).status().is_ok_and(|s| s.success()), "WORKCELL_REQUIRE_BWRAP"),
+    };
+    if !ok {
+        assert!(!required(var), "{backend} is required ({var}=1) but unavailable");
+        eprintln!("skipped: {backend} unavailable");
+    }
+    ok
+}
+
+const CURL: &str = r#"curl -s --unix-socket "$WORKCELL_BROKER" -H "Authorization: Bearer $WORKCELL_TOKEN" -H 'Content-Type: application/json'"#;
+
+fn write_project(dir: &Path, config: &str, workers: &[(&str, &str)]) {
+    std::fs::create_dir_all(dir.join("workers")).expect("mkdir");
+    std::fs::write(dir.join("workcell.yaml"), config).expect("config");
+    for (name, body) in workers {
+        std::fs::write(dir.join("workers").join(format!("{name}.worker")), body).expect("worker");
+    }
+}
+
+/// Runs `workcell ARGS` on a pseudo-terminal, answering every approval prompt with `answer`.
+fn run_on_pty(dir: &Path, answer: &str, args: &[&str]) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_run.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(answer)
+        .arg(env!("CARGO_BIN_EXE_workcell"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("pty driver runs");
+    assert!(out.status.success(), "pty driver failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("driver prints JSON")
+}
+
+fn audit(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join(".workcell/audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+fn ask_zone_project(dir: &Path) {
+    std::fs::create_dir_all(dir.join("drafts")).expect("mkdir");
+    let worker = format!(
+        "---\nsandbox:\n  zones:\n    - {{name: drafts, mode: rw}}\ncommand: [sh, -c, 'echo direct > /drafts/direct.txt 2>/dev/null || echo DIRECT-WRITE-FAILED; {CURL} --data-binary \"{{\\\"path\\\":\\\"/drafts/report.txt\\\",\\\"content\\\":\\\"from the worker\\\"}}\" http://workcell/v1/tools/write_file; echo']\n---\nWrite the report.\n"
+    );
+    write_project(dir, "sandbox:\n  zones:\n    drafts: {path: ./drafts, mode: rw, approval: {write: ask}}\n", &[("drafter", &worker)]);
+}
+
+fn approved_write_lands_on_the_host(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    ask_zone_project(tmp.path());
+    let r = run_on_pty(tmp.path(), "y", &["run", "--backend", backend, "drafter"]);
+    let output = r["output"].as_str().unwrap_or("");
+    assert_eq!(r["exit"], 0, "{output}");
+    assert_eq!(r["prompts"], 1, "{output}");
+    assert!(output.contains("DIRECT-WRITE-FAILED"), "the ask zone is mounted read-only: {output}");
+    assert!(output.contains("\"ok\":true"), "{output}");
+    assert_eq!(std::fs::read_to_string(tmp.path().join("drafts/report.txt")).expect("written"), "from the worker");
+    assert!(!tmp.path().join("drafts/direct.txt").exists());
+    let events = audit(tmp.path());
+    assert!(events.iter().any(|e| e["event"] == "decision" && e["subject"] == "/drafts/report.txt" && e["decision"]["by"] == "user_once"), "{events:?}");
+    assert!(events.iter().any(|e| e["event"] == "tool_call" && e["tool"] == "write_file" && e["ok"] == true));
+    assert!(events.iter().any(|e| e["event"] == "run_start") && events.iter().any(|e| e["event"] == "run_end"));
+}
+
+fn denied_write_changes_nothing(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    ask_zone_project(tmp.path());
+    let r = run_on_pty(tmp.path(), "n", &["run", "--backend", backend, "drafter"]);
+    let output = r["output"].as_str().unwrap_or("");
+    assert_eq!(r["prompts"], 1, "{output}");
+    assert!(output.contains("the user denied"), "the worker gets the refusal: {output}");
+    assert!(!tmp.path().join("drafts/report.txt").exists());
+    assert_eq!(std::fs::read_dir(tmp.path().join("drafts")).expect("dir").count(), 0, "nothing at all was written");
+    let events = audit(tmp.path());
+    assert!(events.iter().any(|e| e["event"] == "decision" && e["decision"]["outcome"] == "denied"), "{events:?}");
+}
+
+fn delegation_derives_the_child_sandbox(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for d in ["data", "out"] {
+        std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
+    }
+    std::fs::write(tmp.path().join("data/doc.txt"), "the document").expect("write");
+    let call = |name: &str, input: &str| {
+        format!(r#"{CURL} --data-binary '{{"name":"{name}","input":"{input}","attachments":["/data/doc.txt"]}}' http://workcell/v1/tools/call_worker; echo"#)
+    };
+    let parent = format!(
+        "---\nworkers: [child, greedy]\nsandbox:\n  zones:\n    - {{name: data, mode: ro}}\n    - {{name: out, mode: rw}}\ncommand: [sh, -c, '{}; {}']\n---\n",
+        call("child", "hello child").replace('\'', "'\"'\"'"),
+        call("greedy", "x").replace('\'', "'\"'\"'"),
+    );
+    let child = format!(
+        "---\nworkers: [parent]\nsandbox:\n  zones:\n    - {{name: data, mode: ro}}\ncommand: [sh, -c, 'echo CHILD-INPUT=$(cat $WORKCELL_INPUT); echo CHILD-ATTACHMENT=$(cat $WORKCELL_ATTACHMENTS/doc.txt); ls /out 2>&1 | head -1; echo x > $WORKCELL_ATTACHMENTS/doc.txt 2>/dev/null || echo ATTACHMENT-READ-ONLY; {}']\n---\n",
+        format!(r#"{CURL} --data-binary '{{"name":"parent"}}' http://workcell/v1/tools/call_worker"#).replace('\'', "'\"'\"'")
+    );
+    let greedy = "---\nsandbox:\n  zones:\n    - {name: data, mode: rw}\ncommand: [true]\n---\n";
+    write_project(
+        tmp.path(),
+        "sandbox:\n  zones:\n    data: {path: ./data, mode: rw}\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+        &[("parent", &parent), ("child", &child), ("greedy", greedy)],
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+        .args(["run", "--approve-all", "--backend", backend, "parent"])
+        .current_dir(tmp.path())
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The child ran with its input and attachment, and sees only its derived zones.
+    assert!(stdout.contains("CHILD-INPUT=hello child"), "{stdout}");
+    assert!(stdout.contains("CHILD-ATTACHMENT=the document"), "{stdout}");
+    assert!(stdout.contains("ATTACHMENT-READ-ONLY"), "{stdout}");
+    assert!(stdout.contains("/out: No such file or directory"), "the child has no /out: {stdout}");
+    // The child calling back its parent is a cycle, refused with the chain.
+    assert!(stdout.contains("parent -> child -> parent"), "{stdout}");
+    // A child asking for rw where the parent has ro is refused.
+    assert!(stdout.contains("permission_escalation") && stdout.contains("'rw'"), "{stdout}");
+    let events = audit(tmp.path());
+    assert!(events.iter().any(|e| e["event"] == "delegation" && e["worker"] == "child"), "{events:?}");
+}
+
+macro_rules! suite {
+    ($($backend:ident),*) => {$(
+        mod $backend {
+            #[test]
+            fn approved_write_lands_on_the_host() { super::approved_write_lands_on_the_host(stringify!($backend)) }
+            #[test]
+            fn denied_write_changes_nothing() { super::denied_write_changes_nothing(stringify!($backend)) }
+            #[test]
+            fn delegation_derives_the_child_sandbox() { super::delegation_derives_the_child_sandbox(stringify!($backend)) }
+        }
+    )*};
+}
+
+suite!(docker, bwrap);
