@@ -167,7 +167,15 @@ impl Sandbox {
         };
         let parent_rel = rel_path(parent);
         if create && !parent.is_empty() {
-            area.dir.create_dir_all(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
+            if let Err(e) = area.dir.create_dir_all(&parent_rel) {
+                // "Already exists" means something that is not a directory beneath the
+                // handle is in the way (a file, or a symlink leading outside); opening it
+                // below says which, in the sandbox's words, or succeeds if it is a
+                // directory after all.
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(self.io_error(op, shown, &e));
+                }
+            }
         }
         let dir = area.dir.open_dir(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
         Ok((dir, name.clone()))
