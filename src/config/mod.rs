@@ -115,17 +115,17 @@ pub(crate) fn limits_from(raw: &RawLimits, diag: &Diag) -> Result<Limits, Config
         .as_ref()
         .map(|t| parse_bytes(&t.value).map_err(|m| diag.spanned(t, format!("invalid memory '{}': {m}", t.value))))
         .transpose()?;
-    if let Some(c) = raw.cpus {
-        if !(c > 0.0 && c.is_finite()) {
-            return Err(diag.whole(format!("invalid cpus {c}: must be a positive number such as 0.5 or 2")));
+    if let Some(c) = &raw.cpus {
+        if !(c.value > 0.0 && c.value.is_finite()) {
+            return Err(diag.spanned(c, format!("invalid cpus {}: must be a positive number such as 0.5 or 2", c.value)));
         }
     }
-    if let Some(p) = raw.pids {
-        if p < 1 {
-            return Err(diag.whole(format!("invalid pids {p}: must be at least 1")));
+    if let Some(p) = &raw.pids {
+        if p.value < 1 {
+            return Err(diag.spanned(p, format!("invalid pids {}: must be at least 1", p.value)));
         }
     }
-    Ok(Limits { timeout, memory_bytes, cpus: raw.cpus, pids: raw.pids })
+    Ok(Limits { timeout, memory_bytes, cpus: raw.cpus.as_ref().map(|c| c.value), pids: raw.pids.as_ref().map(|p| p.value) })
 }
 
 /// Which image a worker runs in.
@@ -226,26 +226,29 @@ impl Project {
             }
             _ => ".sandbox".to_string(),
         };
-        let forms: Vec<&str> = [
-            rs.zones.as_ref().map(|_| "zones"),
-            rs.paths.as_ref().map(|_| "paths"),
-            matches!(rs.root.as_ref().map(|r| &r.value), Some(RootField::Form(_))).then_some("root"),
-            rs.mounts.as_ref().map(|_| "mounts"),
+        let mut forms: Vec<(&str, Location)> = [
+            rs.zones.as_ref().map(|z| ("zones", z.referenced)),
+            rs.paths.as_ref().map(|p| ("paths", p.referenced)),
+            rs.root.as_ref().filter(|r| matches!(r.value, RootField::Form(_))).map(|r| ("root", r.referenced)),
+            rs.mounts.as_ref().map(|m| ("mounts", m.referenced)),
         ]
         .into_iter()
         .flatten()
         .collect();
         if forms.len() > 1 {
-            return Err(diag.whole(format!(
-                "sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts",
-                forms.join(" and ")
-            )));
+            // Point at the second form in the file: the first one is the one to keep.
+            forms.sort_by_key(|(_, loc)| (loc.line(), loc.column()));
+            let names: Vec<&str> = forms.iter().map(|(n, _)| *n).collect();
+            return Err(diag.at(
+                forms[1].1,
+                format!("sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts", names.join(" and ")),
+            ));
         }
 
         let mut builder = MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new() };
         let mut addressing = Addressing::Zones;
         if let Some(zones) = &rs.zones {
-            for (name, z) in zones {
+            for (name, z) in &zones.value {
                 let host = z.path.as_ref().map(|p| (p.value.clone(), p.referenced)).unwrap_or_else(|| (format!("./{}", name.value), name.referenced));
                 builder.add(
                     name,
@@ -259,7 +262,7 @@ impl Project {
                 )?;
             }
         } else if let Some(paths) = &rs.paths {
-            for (name, p) in paths {
+            for (name, p) in &paths.value {
                 let a = Approvals {
                     read: if p.read_approval.unwrap_or(false) { Approval::Ask } else { Approval::PreApproved },
                     write: if p.write_approval.unwrap_or(true) { Approval::Ask } else { Approval::PreApproved },
@@ -273,7 +276,7 @@ impl Project {
             let name = Spanned::new("/".to_string(), *referenced, *referenced);
             builder.add(&name, (r.root.value.clone(), r.root.referenced), Some(("/".into(), *referenced)), mode, r.suffixes.as_deref(), r.max_file_bytes, approvals(r.approval.as_ref()), Delivery::Bind)?;
         } else if let Some(mounts) = &rs.mounts {
-            for m in mounts {
+            for m in &mounts.value {
                 let point = m.at.value.clone();
                 check_mount_point(&point).map_err(|msg| diag.spanned(&m.at, msg))?;
                 let name = Spanned::new(point.trim_start_matches('/').to_string(), m.at.referenced, m.at.defined);

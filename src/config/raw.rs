@@ -37,12 +37,13 @@ pub struct RawSandbox {
     pub root: Option<Spanned<RootField>>,
     /// Named zones, mounted at `/<name>` (seed 003).
     #[schemars(with = "Option<BTreeMap<String, RawZone>>")]
-    pub zones: Option<IndexMap<Spanned<String>, RawZone>>,
+    pub zones: Option<Spanned<IndexMap<Spanned<String>, RawZone>>>,
     /// Named paths, mounted at `/<name>` (seeds 001/002).
     #[schemars(with = "Option<BTreeMap<String, RawPathEntry>>")]
-    pub paths: Option<IndexMap<Spanned<String>, RawPathEntry>>,
+    pub paths: Option<Spanned<IndexMap<Spanned<String>, RawPathEntry>>>,
     /// The normalised form: explicit host directory and mount point.
-    pub mounts: Option<Vec<RawMount>>,
+    #[schemars(with = "Option<Vec<RawMount>>")]
+    pub mounts: Option<Spanned<Vec<RawMount>>>,
     /// `false` (default), `true`, or `{allow: [domains]}`.
     #[schemars(with = "Option<NetworkSchema>")]
     pub network: Option<Spanned<RawNetwork>>,
@@ -238,8 +239,10 @@ pub struct RawLimits {
     pub timeout: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]
     pub memory: Option<Spanned<String>>,
-    pub cpus: Option<f64>,
-    pub pids: Option<i64>,
+    #[schemars(with = "Option<f64>")]
+    pub cpus: Option<Spanned<f64>>,
+    #[schemars(with = "Option<i64>")]
+    pub pids: Option<Spanned<i64>>,
 }
 
 /// Front matter of `workers/NAME.worker`.

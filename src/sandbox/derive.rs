@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::error::show;
 use super::path::VirtualPath;
 use super::{Addressing, Area, AreaKey, PathList, Sandbox, SandboxError, ZoneMode};
 
@@ -40,31 +41,41 @@ impl Sandbox {
     /// readable (and, for writes, writable) in the parent; a file stands for its directory.
     fn allow_entry(&self, entry: &str, write: bool) -> Result<(AreaKey, Arc<cap_std::fs::Dir>), SandboxError> {
         let what = if write { "allow_write" } else { "allow_read" };
+        // Messages show the entry with control characters escaped; parsing uses it as is.
+        let shown = show(entry);
+        // An entry that leads outside through a symlink asks for more than the parent
+        // has: the same refusal as any other entry outside it.
+        let escape_as_escalation = |e: SandboxError| match e {
+            SandboxError::OutsideSandbox { .. } => {
+                self.escalation(format!("{what}='{shown}'"), format!("'{shown}' leads outside the parent sandbox through a symlink"))
+            }
+            e => e,
+        };
         if self.addressing() == Addressing::Root && !entry.starts_with('/') {
             return Err(self.escalation(
-                format!("{what}='{entry}'"),
+                format!("{what}='{shown}'"),
                 "in a root sandbox allowlist entries must be sandbox-absolute, like '/src'".into(),
             ));
         }
         if entry.replace('\\', "/").split('/').any(|c| c == "..") {
-            return Err(self.escalation(format!("{what}='{entry}'"), "allowlist entries may not contain '..'".into()));
+            return Err(self.escalation(format!("{what}='{shown}'"), "allowlist entries may not contain '..'".into()));
         }
         // A bare zone name means the whole zone.
         let vp = match self.parse(entry) {
             Ok(vp) => vp,
             Err(SandboxError::OutsideSandbox { .. }) | Err(SandboxError::InvalidPath { .. }) => {
-                return Err(self.escalation(format!("{what}='{entry}'"), format!("'{entry}' is not inside the parent sandbox")))
+                return Err(self.escalation(format!("{what}='{shown}'"), format!("'{shown}' is not inside the parent sandbox")))
             }
             Err(e) => return Err(e),
         };
         let areas = if write { &self.writable } else { &self.readable };
         let Some(area) = areas.iter().filter(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })).max_by_key(|a| a.key.prefix.len()) else {
             let reason = if write && self.readable.iter().any(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })) {
-                format!("'{entry}' is read-only in the parent sandbox")
+                format!("'{shown}' is read-only in the parent sandbox")
             } else {
-                format!("'{entry}' is not inside the parent sandbox")
+                format!("'{shown}' is not inside the parent sandbox")
             };
-            return Err(self.escalation(format!("{what}='{entry}'"), reason));
+            return Err(self.escalation(format!("{what}='{shown}'"), reason));
         };
         let mut rel = vp.rel[area.key.prefix.len()..].to_vec();
         // A file entry stands for its parent directory.
@@ -77,12 +88,16 @@ impl Sandbox {
             Ok(false) => {
                 rel.pop();
             }
-            Err(e) => return Err(self.io_error("derive", entry, &e)),
+            Err(e) => return Err(escape_as_escalation(self.io_error("derive", entry, &e))),
         }
         let dir = if rel.is_empty() {
             area.dir.clone()
         } else {
-            Arc::new(area.dir.open_dir(super::io::rel_path(&rel)).map_err(|e| self.io_error("derive", entry, &e))?)
+            Arc::new(
+                area.dir
+                    .open_dir(super::io::rel_path(&rel))
+                    .map_err(|e| escape_as_escalation(self.io_error("derive", entry, &e)))?,
+            )
         };
         let mut prefix = area.key.prefix.clone();
         prefix.extend(rel);

@@ -95,3 +95,18 @@ impl SandboxError {
         }
     }
 }
+
+/// A path as shown in a message: control characters escaped (so a path cannot forge extra
+/// lines such as a fake "Readable paths:"), everything else as given — notably backslashes,
+/// which `escape_debug` would double (`C:\x` must read `C:\x`).
+pub(crate) fn show(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

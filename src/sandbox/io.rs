@@ -8,6 +8,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
 
 use super::path::VirtualPath;
+use super::error::show;
 use super::{Addressing, Area, PathList, Sandbox, SandboxError};
 
 /// Text read from a file, possibly a window of it.
@@ -76,15 +77,15 @@ impl Sandbox {
     pub(crate) fn io_error(&self, op: &'static str, shown: &str, e: &io::Error) -> SandboxError {
         if is_escape(e) {
             return SandboxError::OutsideSandbox {
-                path: shown.to_string(),
+                path: show(shown),
                 detail: " (a symlink leads outside it)".into(),
                 readable: PathList(self.readable_roots()),
             };
         }
         if e.kind() == io::ErrorKind::NotFound {
-            return SandboxError::NotFound { path: shown.to_string(), hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())) };
+            return SandboxError::NotFound { path: show(shown), hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())) };
         }
-        SandboxError::Io { op, path: shown.to_string(), message: describe_io(e) }
+        SandboxError::Io { op, path: show(shown), message: describe_io(e) }
     }
 
     /// Components of `vp` below `area`.
@@ -118,7 +119,14 @@ impl Sandbox {
     /// Reads a text file: `max_chars` characters from character `offset`.
     pub fn read(&self, path: &str, max_chars: usize, offset: usize) -> Result<ReadResult, SandboxError> {
         let vp = self.parse(path)?;
-        self.check_suffix_vp(&vp, path)?;
+        if let Err(e) = self.check_suffix_vp(&vp, path) {
+            // A directory has no suffix to judge: say what it is instead, so the reader
+            // lists it rather than hunting for an allowed suffix.
+            if self.stat(path).is_ok_and(|s| s.kind == FileKind::Directory) {
+                return Err(SandboxError::WrongKind { op: "read", path: show(path), found: "directory", expected: "file" });
+            }
+            return Err(e);
+        }
         let text = self.read_all(path)?;
         let total_chars = text.chars().count();
         let content: String = text.chars().skip(offset).take(max_chars).collect();
@@ -133,7 +141,7 @@ impl Sandbox {
         self.check_suffix_vp(&vp, path)?;
         let meta = file.metadata().map_err(|e| self.io_error("read", path, &e))?;
         if meta.is_dir() {
-            return Err(SandboxError::WrongKind { op: "read", path: path.into(), found: "directory", expected: "file" });
+            return Err(SandboxError::WrongKind { op: "read", path: show(path), found: "directory", expected: "file" });
         }
         self.check_size_vp(&vp, path, meta.len(), "read")?;
         // Read at most limit+1 bytes: the file may grow after fstat.
@@ -142,10 +150,10 @@ impl Sandbox {
         (&mut file).take(cap).read_to_end(&mut bytes).map_err(|e| self.io_error("read", path, &e))?;
         self.check_size_vp(&vp, path, bytes.len() as u64, "read")?;
         if bytes.contains(&0) {
-            return Err(SandboxError::NotText { path: path.into(), detail: "it contains NUL bytes, so it looks binary".into() });
+            return Err(SandboxError::NotText { path: show(path), detail: "it contains NUL bytes, so it looks binary".into() });
         }
         String::from_utf8(bytes).map_err(|e| SandboxError::NotText {
-            path: path.into(),
+            path: show(path),
             detail: format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
         })
     }
@@ -155,11 +163,19 @@ impl Sandbox {
     fn parent_dir(&self, area: &Area, vp: &VirtualPath, shown: &str, op: &'static str, create: bool) -> Result<(Dir, String), SandboxError> {
         let inner = Self::inner(area, vp);
         let Some((name, parent)) = inner.split_last() else {
-            return Err(SandboxError::WrongKind { op, path: shown.into(), found: "directory", expected: "file" });
+            return Err(SandboxError::WrongKind { op, path: show(shown), found: "directory", expected: "file" });
         };
         let parent_rel = rel_path(parent);
         if create && !parent.is_empty() {
-            area.dir.create_dir_all(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
+            if let Err(e) = area.dir.create_dir_all(&parent_rel) {
+                // "Already exists" means something that is not a directory beneath the
+                // handle is in the way (a file, or a symlink leading outside); opening it
+                // below says which, in the sandbox's words, or succeeds if it is a
+                // directory after all.
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(self.io_error(op, shown, &e));
+                }
+            }
         }
         let dir = area.dir.open_dir(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
         Ok((dir, name.clone()))
@@ -172,10 +188,14 @@ impl Sandbox {
         let area = self.writable_area(&vp, path)?;
         self.check_suffix_vp(&vp, path)?;
         self.check_size_vp(&vp, path, content.len() as u64, "write")?;
+        // Only for the message: the operations below stay beneath the area's handle anyway,
+        // but a parent that is a symlink to outside should be refused as outside the
+        // sandbox (as `can_write` says), not fail with whatever the OS reports.
+        self.check_beneath(area, &vp, path)?;
         let (dir, name) = self.parent_dir(area, &vp, path, "write", true)?;
         if let Ok(meta) = dir.symlink_metadata(&name) {
             if meta.is_dir() {
-                return Err(SandboxError::WrongKind { op: "write", path: path.into(), found: "directory", expected: "file" });
+                return Err(SandboxError::WrongKind { op: "write", path: show(path), found: "directory", expected: "file" });
             }
         }
         write_atomic(&dir, &name, content.as_bytes()).map_err(|e| self.io_error("write", path, &e))
@@ -194,7 +214,7 @@ impl Sandbox {
             } else {
                 "Include more surrounding text so that it matches one place only."
             };
-            return Err(SandboxError::EditMismatch { path: path.into(), count, advice });
+            return Err(SandboxError::EditMismatch { path: show(path), count, advice });
         }
         self.write(path, &text.replacen(old, new, 1))
     }
@@ -206,7 +226,7 @@ impl Sandbox {
         let (dir, name) = self.parent_dir(area, &vp, path, "delete", false)?;
         let meta = dir.symlink_metadata(&name).map_err(|e| self.io_error("delete", path, &e))?;
         if meta.is_dir() {
-            return Err(SandboxError::WrongKind { op: "delete", path: path.into(), found: "directory", expected: "file" });
+            return Err(SandboxError::WrongKind { op: "delete", path: show(path), found: "directory", expected: "file" });
         }
         dir.remove_file(&name).map_err(|e| self.io_error("delete", path, &e))
     }
@@ -251,11 +271,14 @@ impl Sandbox {
         let trimmed = path.trim();
         if self.addressing() == Addressing::Zones && (trimmed.is_empty() || trimmed == "/" || trimmed == ".") {
             let mut zones: Vec<String> = Vec::new();
+            // The readable areas themselves (a whole zone `/data/`, or `/data/sub/` for a
+            // child restricted to it): every entry shown here can be listed in turn.
             for a in &self.readable {
                 let shown = self.area_path(&a.key);
-                let top = shown.trim_start_matches('/').split('/').next().unwrap_or("").to_string();
-                let entry = format!("/{top}/");
-                if !zones.contains(&entry) && matcher.is_match(top.as_str()) {
+                let entry = format!("{}/", shown.trim_end_matches('/'));
+                // The pattern is matched against the top-level name, as `ls /` would.
+                let top = shown.trim_start_matches('/').split('/').next().unwrap_or("");
+                if !zones.contains(&entry) && matcher.is_match(top) {
                     zones.push(entry);
                 }
             }
@@ -265,7 +288,13 @@ impl Sandbox {
         let path = if trimmed.is_empty() { "/" } else { trimmed };
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;
-        let dir = area.dir.open_dir(rel_path(Self::inner(area, &vp))).map_err(|e| self.io_error("list", path, &e))?;
+        let dir = area.dir.open_dir(rel_path(Self::inner(area, &vp))).map_err(|e| {
+            if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) {
+                SandboxError::WrongKind { op: "list", path: show(path), found: "file", expected: "directory" }
+            } else {
+                self.io_error("list", path, &e)
+            }
+        })?;
         let base = self.display(&vp);
         let mut out = Vec::new();
         let mut stack: Vec<(Dir, String)> = vec![(dir, String::new())];
@@ -320,7 +349,7 @@ fn kind_of(ft: cap_std::fs::FileType) -> FileKind {
 
 /// Compiles a `list` pattern, refusing forms that could leave the listed directory.
 fn compile_pattern(pattern: &str) -> Result<GlobMatcher, SandboxError> {
-    let bad = |reason: &str| SandboxError::InvalidPattern { pattern: pattern.escape_debug().to_string(), reason: reason.into() };
+    let bad = |reason: &str| SandboxError::InvalidPattern { pattern: show(pattern), reason: reason.into() };
     if pattern.contains('\0') {
         return Err(bad("it contains a NUL byte"));
     }

@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use derive::{DeriveSpec, ZoneRequest};
+use error::show;
 pub use error::{PathList, SandboxError};
 pub use io::{FileKind, FileStat, ReadResult};
 pub use path::VirtualPath;
@@ -318,13 +319,13 @@ impl Sandbox {
         if allowed.iter().any(|s| lower.ends_with(s.as_str()) && lower.len() > s.len()) {
             Ok(())
         } else {
-            Err(SandboxError::SuffixNotAllowed { path: shown.to_string(), allowed: PathList(allowed.clone()) })
+            Err(SandboxError::SuffixNotAllowed { path: show(shown), allowed: PathList(allowed.clone()) })
         }
     }
 
     fn check_size_vp(&self, vp: &VirtualPath, shown: &str, size: u64, op: &'static str) -> Result<(), SandboxError> {
         match self.mounts[vp.mount].max_file_bytes {
-            Some(limit) if size > limit => Err(SandboxError::TooLarge { op, path: shown.to_string(), size, limit }),
+            Some(limit) if size > limit => Err(SandboxError::TooLarge { op, path: show(shown), size, limit }),
             _ => Ok(()),
         }
     }
@@ -340,7 +341,7 @@ impl Sandbox {
     /// The deepest readable area containing `vp`.
     fn readable_area(&self, vp: &VirtualPath, shown: &str) -> Result<&Area, SandboxError> {
         deepest(&self.readable, vp).ok_or_else(|| SandboxError::OutsideSandbox {
-            path: shown.to_string(),
+            path: show(shown),
             detail: String::new(),
             readable: self.readable_list(),
         })
@@ -353,7 +354,7 @@ impl Sandbox {
         }
         // Distinguish "read-only" from "not in the sandbox at all".
         self.readable_area(vp, shown)?;
-        Err(SandboxError::NotWritable { path: shown.to_string(), writable: self.writable_list() })
+        Err(SandboxError::NotWritable { path: show(shown), writable: self.writable_list() })
     }
 }
 

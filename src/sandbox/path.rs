@@ -1,6 +1,7 @@
 //! Parsing of sandbox paths into a mount and normalised components. Purely lexical: the
 //! file system is consulted later, beneath a directory handle.
 
+use super::error::show;
 use super::{Addressing, Sandbox, SandboxError};
 
 /// A well-formed sandbox path: which mount, and the components below its root (no `.`,
@@ -34,12 +35,12 @@ impl Sandbox {
     /// addressing) and `/rel`, `rel` (root addressing). Backslashes count as `/`.
     pub fn parse(&self, path: &str) -> Result<VirtualPath, SandboxError> {
         let invalid = |reason: &str| SandboxError::InvalidPath {
-            path: path.escape_debug().to_string(),
+            path: show(path),
             reason: reason.to_string(),
             readable: self.readable_list(),
         };
         let outside = |detail: &str| SandboxError::OutsideSandbox {
-            path: path.to_string(),
+            path: show(path),
             detail: detail.to_string(),
             readable: self.readable_list(),
         };
@@ -62,37 +63,75 @@ impl Sandbox {
         if zone_colon.is_none() && is_drive_letter(path) {
             return Err(invalid("drive letters are not sandbox paths; use a sandbox path"));
         }
+        // Backslashes count as `/` in every form, `zone:rel` included (`data:..\\x` must be
+        // the `..` it looks like, not a file name with backslashes in it).
         let unified: String = match zone_colon {
-            Some((zone, rest)) => format!("/{zone}/{rest}"),
+            Some((zone, rest)) => format!("/{zone}/{}", rest.replace('\\', "/")),
             None => path.replace('\\', "/"),
         };
         // A path naming a mount's host directory is a host path: the worker must use the
-        // sandbox path instead. The message does not repeat which host path matched.
-        if unified.starts_with('/') && mounts.iter().any(|m| m.mount_point != m.host_path.to_string_lossy() && is_under(&unified, &m.host_path.to_string_lossy())) {
-            return Err(invalid("it is a host path; address files by their sandbox path"));
+        // sandbox path instead. The message neither repeats the path nor says which host
+        // directory matched (messages never show host paths); it names the sandbox path.
+        if unified.starts_with('/') {
+            for (i, m) in mounts.iter().enumerate() {
+                let host = m.host_path.to_string_lossy();
+                if m.mount_point == host {
+                    continue;
+                }
+                if let Some(rest) = strip_under(&unified, &host) {
+                    let rel: Vec<String> = rest.split('/').filter(|c| !c.is_empty() && *c != ".").map(str::to_string).collect();
+                    let hint = if rel.iter().any(|c| c == "..") {
+                        String::new()
+                    } else {
+                        format!(", here '{}'", self.display(&VirtualPath { mount: i, rel }))
+                    };
+                    return Err(SandboxError::InvalidPath {
+                        path: "<host path>".into(),
+                        reason: format!("it is a host path; address files by their sandbox path{hint}"),
+                        readable: self.readable_list(),
+                    });
+                }
+            }
         }
 
-        let mut parts: Vec<&str> = Vec::new();
-        let mut raw = unified.split('/').filter(|c| !c.is_empty() && *c != ".");
-        // Zones addressing: the first component picks the mount, and `..` may never pop it.
-        let (mount, floor) = match self.addressing() {
-            Addressing::Root => (0usize, 0usize),
+        let mut raw = unified.split('/').filter(|c| !c.is_empty() && *c != ".").peekable();
+        // Zones addressing: the leading components pick the mount (mount points may have
+        // several components, like `/srv/data`; the longest match wins), and `..` may never
+        // pop them.
+        let mount = match self.addressing() {
+            Addressing::Root => 0usize,
             Addressing::Zones => {
-                let Some(first) = raw.next() else {
+                let Some(first) = raw.peek().copied() else {
                     return Err(invalid("it names the sandbox root, which holds only the zones; use a zone path such as /zone/file"));
                 };
                 if first == ".." {
                     return Err(outside(" (`..` leaves the sandbox)"));
                 }
-                match mounts.iter().position(|m| m.name == first) {
-                    Some(i) => (i, 0),
-                    None => return Err(outside(&format!(" (there is no zone named '{}')", first.escape_debug()))),
+                let comps: Vec<&str> = raw.clone().collect();
+                let found = mounts
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, m)| {
+                        let n = m.mount_point.split('/').filter(|c| !c.is_empty()).count();
+                        let matches = n > 0 && n <= comps.len() && m.mount_point.split('/').filter(|c| !c.is_empty()).eq(comps[..n].iter().copied());
+                        matches.then_some((i, n))
+                    })
+                    .max_by_key(|&(_, n)| n);
+                match found {
+                    Some((i, n)) => {
+                        for _ in 0..n {
+                            raw.next();
+                        }
+                        i
+                    }
+                    None => return Err(outside(&format!(" (there is no zone named '{}')", show(first)))),
                 }
             }
         };
+        let mut parts: Vec<&str> = Vec::new();
         for c in raw {
             if c == ".." {
-                if parts.len() <= floor {
+                if parts.is_empty() {
                     return Err(outside(" (`..` leaves the mount)"));
                 }
                 parts.pop();
@@ -112,7 +151,12 @@ impl Sandbox {
     }
 }
 
-fn is_under(path: &str, root: &str) -> bool {
+/// The rest of `path` after `root` when `path` is `root` or lies below it.
+fn strip_under<'a>(path: &'a str, root: &str) -> Option<&'a str> {
     let root = root.trim_end_matches('/');
-    !root.is_empty() && (path == root || path.starts_with(&format!("{root}/")))
+    if root.is_empty() {
+        return None;
+    }
+    let rest = path.strip_prefix(root)?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }

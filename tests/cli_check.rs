@@ -1,0 +1,166 @@
+//! `workcell check` (and the other subcommands' --help) as a user runs them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+fn workcell(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("workcell").unwrap();
+    c.current_dir(dir).env("NO_COLOR", "1").env_remove("RUST_LOG");
+    c
+}
+
+/// A project with zones data (ro, *.txt only) and out (rw), and a worker `reader` that may
+/// only read data.
+fn project() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir_all(dir.join("data/sub")).unwrap();
+    fs::create_dir_all(dir.join("out")).unwrap();
+    fs::create_dir_all(dir.join("workers")).unwrap();
+    fs::write(dir.join("data/a.txt"), "a").unwrap();
+    fs::write(
+        dir.join("workcell.yaml"),
+        "sandbox:\n  zones:\n    data: {path: ./data, mode: ro, suffixes: [.txt]}\n    out: {path: ./out, mode: rw}\n",
+    )
+    .unwrap();
+    fs::write(dir.join("workers/reader.worker"), "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n---\nRead.\n").unwrap();
+    (tmp, dir)
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn exit_0_when_all_allowed() {
+    let (_t, dir) = project();
+    let out = workcell(&dir).args(["check", "/data/a.txt", "data:sub", "out/new.md"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert_eq!(stdout(&out), "allowed: /data/a.txt\nallowed: data:sub\nallowed: out/new.md\n");
+}
+
+#[test]
+fn exit_1_when_any_refused() {
+    let (_t, dir) = project();
+    let out = workcell(&dir).args(["check", "/data/a.txt", "/data/../../etc/passwd"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.starts_with("allowed: /data/a.txt\nrefused: Cannot access '/data/../../etc/passwd': path is outside the sandbox"), "{text}");
+    assert!(!text.contains(&dir.display().to_string()), "no host path: {text}");
+    // Suffix policy: an existing directory is fine, a .pdf is not.
+    let out = workcell(&dir).args(["check", "/data/x.pdf"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("suffix not allowed"));
+}
+
+#[test]
+fn exit_2_on_config_or_usage_error() {
+    let (_t, dir) = project();
+    fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: rx}\n").unwrap();
+    let out = workcell(&dir).args(["check", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("workcell.yaml:3:") && err.contains("unknown variant `rx`"), "{err}");
+
+    let (_t2, dir) = project();
+    // No path and no --stdin.
+    assert_eq!(workcell(&dir).arg("check").output().unwrap().status.code(), Some(2));
+    // Unknown worker.
+    let out = workcell(&dir).args(["check", "--worker", "ghost", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("known workers: reader"));
+    // Missing --config file.
+    assert_eq!(workcell(&dir).args(["--config", "nope.yaml", "check", "/data/a.txt"]).output().unwrap().status.code(), Some(2));
+}
+
+#[test]
+fn stdin_gives_one_verdict_per_line() {
+    let (_t, dir) = project();
+    let input = "/data/a.txt\n\n/nope/x\r\ndata:a.txt\n~/x\n/data/x.pdf\n";
+    let out = workcell(&dir).args(["check", "--stdin"]).write_stdin(input).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "{text}");
+    assert_eq!(lines[0], "allowed\t/data/a.txt");
+    assert!(lines[1].starts_with("refused\t/nope/x\toutside_sandbox\tCannot access '/nope/x'"), "{}", lines[1]);
+    assert_eq!(lines[2], "allowed\tdata:a.txt");
+    assert!(lines[3].starts_with("refused\t~/x\tinvalid_path\t"), "{}", lines[3]);
+    assert!(lines[4].starts_with("refused\t/data/x.pdf\tsuffix_not_allowed\t"), "{}", lines[4]);
+    for l in &lines {
+        assert!(l.split('\t').count() == 2 || l.split('\t').count() == 4, "{l}");
+    }
+    // All allowed → 0.
+    let out = workcell(&dir).args(["check", "--stdin"]).write_stdin("/data/a.txt\n/out/b\n").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn json_lines_parse() {
+    let (_t, dir) = project();
+    let out = workcell(&dir).args(["check", "--json", "--stdin", "/data/a.txt"]).write_stdin("/out/../data/a.txt\n/data/sub\n").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let values: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(values.len(), 3);
+    assert_eq!(values[0], serde_json::json!({"path": "/data/a.txt", "allowed": true}));
+    assert_eq!(values[1]["allowed"], false);
+    assert_eq!(values[1]["kind"], "outside_sandbox");
+    assert!(values[1]["message"].as_str().unwrap().contains("Readable paths: /data, /out"));
+    assert_eq!(values[2]["allowed"], true);
+}
+
+#[test]
+fn write_flag_checks_writability() {
+    let (_t, dir) = project();
+    let out = workcell(&dir).args(["check", "--write", "--json", "/out/new.txt", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(v[0]["allowed"], true);
+    assert_eq!(v[1]["kind"], "not_writable");
+    assert!(v[1]["message"].as_str().unwrap().contains("Writable paths: /out"));
+    assert_eq!(workcell(&dir).args(["check", "--write", "/out/x/y.txt"]).output().unwrap().status.code(), Some(0));
+}
+
+#[test]
+fn worker_flag_uses_the_workers_sandbox() {
+    let (_t, dir) = project();
+    assert_eq!(workcell(&dir).args(["check", "/out/x"]).output().unwrap().status.code(), Some(0));
+    let out = workcell(&dir).args(["check", "--worker", "reader", "--json", "/out/x", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: Vec<serde_json::Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(v[0]["kind"], "outside_sandbox");
+    assert_eq!(v[1]["allowed"], true);
+    let out = workcell(&dir).args(["check", "--worker", "reader", "--write", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn init_then_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("proj");
+    let out = workcell(tmp.path()).args(["init", "proj"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    fs::write(dir.join("data/in.txt"), "hello").unwrap();
+    assert_eq!(workcell(&dir).args(["check", "/data", "/data/in.txt"]).output().unwrap().status.code(), Some(0));
+    assert_eq!(workcell(&dir).args(["check", "--write", "/out/line-counts.txt"]).output().unwrap().status.code(), Some(0));
+    assert_eq!(workcell(&dir).args(["check", "--worker", "line-count", "--write", "/out/line-counts.txt"]).output().unwrap().status.code(), Some(0));
+    assert_eq!(workcell(&dir).args(["check", "--worker", "line-count", "--write", "/data/in.txt"]).output().unwrap().status.code(), Some(1));
+    // From a subdirectory, the config is found upward.
+    assert_eq!(workcell(&dir.join("data")).args(["check", "/data/in.txt"]).output().unwrap().status.code(), Some(0));
+    // A second init refuses to overwrite.
+    assert_eq!(workcell(tmp.path()).args(["init", "proj"]).output().unwrap().status.code(), Some(2));
+}
+
+#[test]
+fn help_on_every_subcommand() {
+    let tmp = tempfile::tempdir().unwrap();
+    for sub in ["init", "check", "plan", "run", "schema"] {
+        let out = workcell(tmp.path()).args([sub, "--help"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{sub} --help");
+        assert!(stdout(&out).contains("Usage: workcell"), "{sub}: {}", stdout(&out));
+    }
+    assert_eq!(workcell(tmp.path()).arg("--help").output().unwrap().status.code(), Some(0));
+    assert_eq!(workcell(tmp.path()).arg("--version").output().unwrap().status.code(), Some(0));
+}

@@ -1,0 +1,198 @@
+//! Invalid configurations are refused before anything runs, with file, line, column and the
+//! allowed values. Each test states the exact location and the wording.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use workcell::config::{ConfigError, Project};
+
+struct Dir {
+    _tmp: tempfile::TempDir,
+    path: PathBuf,
+}
+
+/// A project directory holding `data/`, `data/sub/`, `out/` and the given worker files.
+fn dir_with(workers: &[(&str, &str)]) -> Dir {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir_all(path.join("data/sub")).unwrap();
+    fs::create_dir_all(path.join("out")).unwrap();
+    if !workers.is_empty() {
+        fs::create_dir_all(path.join("workers")).unwrap();
+    }
+    for (name, text) in workers {
+        fs::write(path.join("workers").join(format!("{name}.worker")), text).unwrap();
+    }
+    Dir { _tmp: tmp, path }
+}
+
+fn load_err(yaml: &str, workers: &[(&str, &str)]) -> (ConfigError, PathBuf) {
+    let d = dir_with(workers);
+    let file = d.path.join("workcell.yaml");
+    let e = Project::from_text(yaml, &file, &d.path).expect_err("config must be refused");
+    (e, d.path)
+}
+
+/// Asserts the error's file name, line, column and that its message contains `wording`.
+#[track_caller]
+fn expect(e: &ConfigError, file: &str, line: u64, column: u64, wording: &str) {
+    let shown = e.to_string();
+    assert_eq!(e.file.file_name().and_then(|f| f.to_str()), Some(file), "{shown}");
+    assert_eq!((e.line, e.column), (line, column), "{shown}");
+    assert!(e.message.contains(wording), "message {:?} lacks {wording:?}", e.message);
+    assert!(shown.contains(&format!("{file}:{line}:{column}: ")), "{shown}");
+}
+
+const ZONES: &str = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw}\n";
+
+fn worker_err(worker: &str) -> ConfigError {
+    load_err(ZONES, &[("w", worker)]).0
+}
+
+#[test]
+fn unknown_key() {
+    let (e, _) = load_err("sandbox:\n  zonez:\n    data: {path: ./data}\n", &[]);
+    expect(&e, "workcell.yaml", 2, 3, "unknown field `zonez`");
+    assert!(e.message.contains("zones"), "the allowed keys are named: {}", e.message);
+}
+
+#[test]
+fn bad_mode() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    data:\n      path: ./data\n      mode: rx\n", &[]);
+    expect(&e, "workcell.yaml", 5, 13, "unknown variant `rx`");
+    assert!(e.message.contains("expected one of ro, rw"), "{}", e.message);
+}
+
+#[test]
+fn bad_approval_value() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    out:\n      path: ./out\n      mode: rw\n      approval: {write: maybe}\n", &[]);
+    expect(&e, "workcell.yaml", 6, 25, "unknown variant `maybe`");
+    assert!(e.message.contains("preApproved") && e.message.contains("ask") && e.message.contains("blocked"), "{}", e.message);
+}
+
+#[test]
+fn duplicate_mount_points() {
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - {host: ./data, at: /data}\n    - {host: ./out, at: /data}\n", &[]);
+    expect(&e, "workcell.yaml", 4, 25, "duplicate mount point '/data'");
+}
+
+#[test]
+fn overlapping_host_paths() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: ./data}\n    sub: {path: ./data/sub}\n", &[]);
+    expect(&e, "workcell.yaml", 4, 17, "host directory of '/sub' overlaps the one of '/data' (line 3)");
+}
+
+#[test]
+fn mount_point_with_dotdot() {
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - host: ./data\n      at: /data/../etc\n", &[]);
+    expect(&e, "workcell.yaml", 4, 11, "mount point '/data/../etc' may not contain '.' or '..' components");
+}
+
+#[test]
+fn nul_in_mount_point() {
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - host: ./data\n      at: \"/da\\0ta\"\n", &[]);
+    expect(&e, "workcell.yaml", 4, 11, "contains a NUL byte");
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: \"./da\\0ta\"}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 18, "host path contains a NUL byte");
+}
+
+#[test]
+fn relative_mount_point() {
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - host: ./data\n      at: data\n", &[]);
+    expect(&e, "workcell.yaml", 4, 11, "mount point 'data' must be absolute, like '/data'");
+}
+
+#[test]
+fn reserved_mount_point() {
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - host: ./data\n      at: /proc\n", &[]);
+    expect(&e, "workcell.yaml", 4, 11, "mount point '/proc' is inside the system directory '/proc'");
+    let (e, _) = load_err("sandbox:\n  zones:\n    etc: {path: ./data}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 5, "reserved");
+}
+
+#[test]
+fn two_forms_at_once() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: ./data}\n  paths:\n    out: {root: ./out}\n", &[]);
+    // Located at the second form's content (its first entry), the part to remove.
+    expect(&e, "workcell.yaml", 5, 5, "sandbox declares zones and paths; use exactly one of zones, paths, root (mapping) or mounts");
+}
+
+#[test]
+fn missing_host_dir() {
+    let (e, dir) = load_err("sandbox:\n  zones:\n    data: {path: ./nope}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 18, "does not exist; create it, or use `sandbox.mode: sandboxed`");
+    // Config errors may name host paths: they are for the person configuring, not a worker.
+    assert!(e.message.contains(&format!("host directory '{}/./nope'", dir.display())), "{}", e.message);
+}
+
+#[test]
+fn bad_timeout() {
+    let (e, _) = load_err("defaults:\n  limits:\n    timeout: soon\n", &[]);
+    expect(&e, "workcell.yaml", 3, 14, "invalid timeout 'soon'");
+    assert!(e.message.contains("use a duration such as 30s, 5m or 1h"), "{}", e.message);
+}
+
+#[test]
+fn bad_memory_and_cpus() {
+    let (e, _) = load_err("defaults:\n  limits:\n    memory: 5x\n", &[]);
+    expect(&e, "workcell.yaml", 3, 13, "invalid memory '5x': unknown unit 'x'");
+    let (e, _) = load_err("defaults:\n  limits:\n    cpus: -1\n", &[]);
+    expect(&e, "workcell.yaml", 3, 11, "invalid cpus -1");
+}
+
+#[test]
+fn duplicate_key() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: ./data}\n    data: {path: ./out}\n", &[]);
+    expect(&e, "workcell.yaml", 4, 5, "duplicate");
+}
+
+#[test]
+fn worker_declares_undefined_zone() {
+    let e = worker_err("---\ndescription: x\nsandbox:\n  zones:\n    - name: cache\n      mode: ro\n---\nbody\n");
+    expect(&e, "w.worker", 5, 13, "worker declares zone 'cache', which the project does not define; defined zones: data, out");
+}
+
+#[test]
+fn worker_rw_over_ro_zone() {
+    let e = worker_err("---\nsandbox:\n  zones:\n    - name: data\n      mode: rw\n---\n");
+    expect(&e, "w.worker", 5, 13, "worker requests 'rw' on zone 'data' but the project only has 'ro'; use mode: ro");
+}
+
+#[test]
+fn worker_name_mismatch() {
+    let e = worker_err("---\nname: other\n---\n");
+    expect(&e, "w.worker", 2, 7, "worker name 'other' differs from its file name 'w.worker'; they must match");
+}
+
+#[test]
+fn unknown_key_in_worker_file() {
+    // Front matter starts on line 2: its first key is reported on line 2, not 1.
+    let e = worker_err("---\nsandbx: {}\n---\n");
+    expect(&e, "w.worker", 2, 1, "unknown field `sandbx`");
+    let e = worker_err("---\ndescription: fine\nlimits:\n  timeout: 5m\n  memroy: 1g\n---\n");
+    expect(&e, "w.worker", 5, 3, "unknown field `memroy`");
+}
+
+#[test]
+fn worker_allowlist_outside_the_project() {
+    let e = worker_err("---\nsandbox:\n  allow_read: [/data, /nope]\n---\n");
+    expect(&e, "w.worker", 3, 23, "allow_read='/nope'");
+    let e = worker_err("---\nsandbox:\n  allow_write:\n    - /data\n---\n");
+    expect(&e, "w.worker", 4, 7, "'/data' is read-only in the parent sandbox");
+}
+
+#[test]
+fn worker_file_without_front_matter() {
+    let e = worker_err("name: w\n");
+    expect(&e, "w.worker", 1, 1, "a worker file starts with a '---' line");
+}
+
+#[test]
+fn load_reports_the_real_file() {
+    let d = dir_with(&[]);
+    let file = d.path.join("workcell.yaml");
+    fs::write(&file, "sandbox:\n  network: maybe\n").unwrap();
+    let e = Project::load(Some(Path::new("workcell.yaml")), &d.path).unwrap_err();
+    assert_eq!(e.file, file);
+    assert_eq!(e.line, 2, "{e}");
+}
