@@ -56,9 +56,9 @@ impl Default for BwrapFeatures {
 }
 
 impl BwrapFeatures {
-    /// Features named in the output of `bwrap --help`.
-    pub fn from_help(help: &str) -> BwrapFeatures {
-        BwrapFeatures { tmpfs_size: help.contains("--size"), disable_userns: help.contains("--disable-userns") }
+    /// Features named in bwrap's usage text (`bwrap --help`, or the binary containing it).
+    pub fn from_usage(usage: &[u8]) -> BwrapFeatures {
+        BwrapFeatures { tmpfs_size: contains(usage, b"--size"), disable_userns: contains(usage, b"--disable-userns") }
     }
 }
 
@@ -243,11 +243,29 @@ fn locate_uncached() -> Result<Located, Unavailable> {
         })?,
     };
     let path = std::fs::canonicalize(&path).unwrap_or(path);
-    let help = Command::new(&path).arg("--help").stdin(Stdio::null()).stderr(Stdio::null()).output().map_err(|e| Unavailable {
-        reason: format!("cannot run {}: {e}", path.display()),
-        fix: INSTALL_FIX.into(),
-    })?;
-    Ok(Located { features: BwrapFeatures::from_help(&String::from_utf8_lossy(&help.stdout)), path })
+    let features = detect_features(&path).map_err(|e| Unavailable { reason: format!("cannot run {}: {e}", path.display()), fix: INSTALL_FIX.into() })?;
+    Ok(Located { path, features })
+}
+
+/// The optional options `bwrap` supports. bwrap's usage text, which names every option, is
+/// a literal in the binary, so searching the file (tens of kilobytes) answers without
+/// starting a process — that one spawn of `bwrap --help` was a fifth of a launch's cost.
+/// Falls back to `bwrap --help` when the file cannot be read.
+fn detect_features(path: &Path) -> std::io::Result<BwrapFeatures> {
+    const MAX_SCAN: u64 = 16 << 20;
+    let text = match std::fs::metadata(path) {
+        Ok(m) if m.len() <= MAX_SCAN => std::fs::read(path).ok(),
+        _ => None,
+    };
+    let text = match text {
+        Some(bytes) if contains(&bytes, b"--unshare-all") => bytes,
+        _ => Command::new(path).arg("--help").stdin(Stdio::null()).stderr(Stdio::null()).output()?.stdout,
+    };
+    Ok(BwrapFeatures::from_usage(&text))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 fn find_on_path() -> Option<PathBuf> {
@@ -363,22 +381,18 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
     if own_group {
         cmd.process_group(0);
     }
-    let status_w_raw = status_w.as_raw_fd();
-    // SAFETY: the closure only clears FD_CLOEXEC with one fcntl system call, which is
-    // async-signal-safe; it allocates nothing and touches no locks.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fd = std::os::fd::BorrowedFd::borrow_raw(status_w_raw);
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(std::io::Error::from)
-        });
-    }
     let (tx, rx) = mpsc::channel::<Event>();
     // Signals are registered before the spawn so that none is lost in between.
     let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP])
         .map_err(|e| BackendError::Failed(format!("cannot install signal handlers: {e}")))?;
     let signal_handle = signals.handle();
-    let child = cmd.spawn().map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
+    // The write end is inheritable only around the spawn, and bwrap is the only process
+    // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
+    // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
+    rustix::io::fcntl_setfd(&status_w, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
+    let spawned = cmd.spawn();
     drop(status_w);
+    let child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
     let bwrap_pid = child.id() as i32;
     let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
 
@@ -715,6 +729,6 @@ mod tests {
 
     #[test]
     fn features_from_help() {
-        assert_eq!(BwrapFeatures::from_help("--size BYTES\n--tmpfs"), BwrapFeatures { tmpfs_size: true, disable_userns: false });
+        assert_eq!(BwrapFeatures::from_usage(b"--size BYTES\n--tmpfs"), BwrapFeatures { tmpfs_size: true, disable_userns: false });
     }
 }

@@ -128,7 +128,7 @@ pub fn host_workdir(plan: &LaunchPlan) -> PathBuf {
         .iter()
         .filter_map(|m| {
             let rest = plan.workdir.strip_prefix(m.target.trim_end_matches('/'))?;
-            (rest.is_empty() || rest.starts_with('/')).then(|| (m, rest))
+            (rest.is_empty() || rest.starts_with('/')).then_some((m, rest))
         })
         .max_by_key(|(m, _)| m.target.len());
     match best {
