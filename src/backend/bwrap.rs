@@ -10,16 +10,14 @@
 //! [`render_argv`] is pure (snapshot-tested); [`run`] is the only part that touches the OS.
 
 use std::ffi::OsString;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+#[cfg(target_os = "linux")]
+use std::time::Duration;
 
-use super::{BackendError, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+use super::BackendError;
 use crate::plan::{LaunchPlan, SystemEntry, DEFAULT_MEMORY, DEFAULT_PIDS};
 
 /// Where bwrap is looked for first; distribution packages install it here.
@@ -35,8 +33,10 @@ pub const SANDBOX_HOSTNAME: &str = "workcell";
 
 /// How long a worker gets to exit after a forwarded SIGINT/SIGTERM before the sandbox is
 /// killed.
+#[cfg(target_os = "linux")]
 const SIGNAL_GRACE: Duration = Duration::from_secs(10);
 /// How long to wait for the sandbox's processes to disappear after killing it.
+#[cfg(target_os = "linux")]
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Optional bwrap options, which older releases lack. Detected from `bwrap --help`.
@@ -178,6 +178,7 @@ pub fn unenforced_limits(plan: &LaunchPlan) -> Vec<String> {
 
 /// Limits the user asked for explicitly (not workcell's defaults) that bwrap cannot
 /// enforce. Defaults are only logged, so that every run does not print the same warning.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn explicit_unenforced(plan: &LaunchPlan) -> Vec<String> {
     let mut quiet = plan.clone();
     if quiet.limits.memory_bytes == Some(DEFAULT_MEMORY) {
@@ -346,154 +347,329 @@ fn userns_fix() -> String {
 /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
 /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
 pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
-    let located = locate()?;
-    if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
-        return Err(BackendError::Failed(format!(
-            "refusing to run {}: it lies inside the zone directory {} ({}), where a worker could have replaced it; install bwrap outside your zones or set {BWRAP_ENV}",
-            located.path.display(),
-            m.source.display(),
-            m.target
-        )));
+    #[cfg(target_os = "linux")]
+    {
+        runner::run(plan)
     }
-    for w in explicit_unenforced(plan) {
-        eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = plan;
+        Err(BackendError::Unavailable { backend: "bwrap", reason: "bubblewrap runs only on Linux".into(), fix: "On macOS use the docker or seatbelt backend.".into() })
     }
-    for w in unenforced_limits(plan) {
-        tracing::debug!("bwrap does not enforce: {w}");
-    }
+}
 
-    // bwrap reports the sandbox's init pid and, when the command ran, its exit code on this
-    // pipe; no exit code means bwrap itself failed (setup or exec).
-    let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
-    let mut argv = render_argv_with(plan, &located.path, located.features);
-    let fd_arg = status_w.as_raw_fd().to_string();
-    argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
+// The runner uses Linux-only interfaces (pidfds, pipe2, /proc), so it is compiled only
+// there; the renderer above stays portable for `workcell plan` and the snapshot tests.
+#[cfg(target_os = "linux")]
+mod runner {
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    use std::process::ExitStatus;
+    use std::sync::mpsc;
+    use std::time::Instant;
 
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]).env_clear();
-    let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    if !(plan.interactive || plan.tty) {
-        cmd.stdin(Stdio::null());
-    }
-    // Its own process group, so a terminal's Ctrl-C reaches only workcell, which forwards it
-    // into the sandbox; with a terminal the worker must stay in the foreground group.
-    let own_group = !(plan.tty || (plan.interactive && stdin_is_tty));
-    if own_group {
-        cmd.process_group(0);
-    }
-    let (tx, rx) = mpsc::channel::<Event>();
-    // Signals are registered before the spawn so that none is lost in between.
-    let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP])
-        .map_err(|e| BackendError::Failed(format!("cannot install signal handlers: {e}")))?;
-    let signal_handle = signals.handle();
-    // The write end is inheritable only around the spawn, and bwrap is the only process
-    // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
-    // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
-    rustix::io::fcntl_setfd(&status_w, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
-    let spawned = cmd.spawn();
-    drop(status_w);
-    let child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
-    let bwrap_pid = child.id() as i32;
-    let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    use super::*;
+    use crate::backend::{EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
-    spawn_signal_thread(signals, tx.clone());
-    let reader = spawn_status_reader(status_r, tx.clone());
-    spawn_waiter(child, tx);
+    /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
+    /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
+    pub(super) fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+        let located = locate()?;
+        if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
+            return Err(BackendError::Failed(format!(
+                "refusing to run {}: it lies inside the zone directory {} ({}), where a worker could have replaced it; install bwrap outside your zones or set {BWRAP_ENV}",
+                located.path.display(),
+                m.source.display(),
+                m.target
+            )));
+        }
+        for w in explicit_unenforced(plan) {
+            eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
+        }
+        for w in unenforced_limits(plan) {
+            tracing::debug!("bwrap does not enforce: {w}");
+        }
 
-    let mut sup = Supervisor { bwrap_pid, bwrap_pidfd, init: None, own_group };
-    let mut deadline = plan.timeout().map(|t| Instant::now() + t);
-    let mut timed_out = false;
-    let mut signalled: Option<i32> = None;
-    let status = loop {
-        let event = match deadline {
-            Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-                Ok(e) => e,
-                Err(mpsc::RecvTimeoutError::Timeout) => Event::Deadline,
-                Err(mpsc::RecvTimeoutError::Disconnected) => break None,
-            },
-            None => match rx.recv() {
-                Ok(e) => e,
-                Err(_) => break None,
-            },
-        };
-        match event {
-            Event::Started { init_pid, pid_ns } => sup.started(init_pid, pid_ns),
-            Event::Exited(s) => break Some(s),
-            Event::Deadline if signalled.is_some() => {
-                // The worker ignored a forwarded signal for the whole grace period.
-                sup.kill_all();
-                deadline = None;
-            }
-            Event::Deadline => {
-                timed_out = true;
-                sup.kill_all();
-                deadline = None;
-            }
-            Event::Signal(sig) => {
-                if signalled.is_some() || !sup.forward(sig) {
-                    // A second signal, or nothing to forward to yet: stop now.
+        // bwrap reports the sandbox's init pid and, when the command ran, its exit code on this
+        // pipe; no exit code means bwrap itself failed (setup or exec).
+        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
+        let mut argv = render_argv_with(plan, &located.path, located.features);
+        let fd_arg = status_w.as_raw_fd().to_string();
+        argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
+
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).env_clear();
+        let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
+        if !(plan.interactive || plan.tty) {
+            cmd.stdin(Stdio::null());
+        }
+        // Its own process group, so a terminal's Ctrl-C reaches only workcell, which forwards it
+        // into the sandbox; with a terminal the worker must stay in the foreground group.
+        let own_group = !(plan.tty || (plan.interactive && stdin_is_tty));
+        if own_group {
+            cmd.process_group(0);
+        }
+        let (tx, rx) = mpsc::channel::<Event>();
+        // Signals are registered before the spawn so that none is lost in between.
+        let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP])
+            .map_err(|e| BackendError::Failed(format!("cannot install signal handlers: {e}")))?;
+        let signal_handle = signals.handle();
+        // The write end is inheritable only around the spawn, and bwrap is the only process
+        // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
+        // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
+        rustix::io::fcntl_setfd(&status_w, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
+        let spawned = cmd.spawn();
+        drop(status_w);
+        let child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
+        let bwrap_pid = child.id() as i32;
+        let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+
+        spawn_signal_thread(signals, tx.clone());
+        let reader = spawn_status_reader(status_r, tx.clone());
+        spawn_waiter(child, tx);
+
+        let mut sup = Supervisor { bwrap_pid, bwrap_pidfd, init: None, own_group };
+        let mut deadline = plan.timeout().map(|t| Instant::now() + t);
+        let mut timed_out = false;
+        let mut signalled: Option<i32> = None;
+        let status = loop {
+            let event = match deadline {
+                Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                    Ok(e) => e,
+                    Err(mpsc::RecvTimeoutError::Timeout) => Event::Deadline,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                },
+                None => match rx.recv() {
+                    Ok(e) => e,
+                    Err(_) => break None,
+                },
+            };
+            match event {
+                Event::Started { init_pid, pid_ns } => sup.started(init_pid, pid_ns),
+                Event::Exited(s) => break Some(s),
+                Event::Deadline if signalled.is_some() => {
+                    // The worker ignored a forwarded signal for the whole grace period.
                     sup.kill_all();
                     deadline = None;
-                } else if deadline.is_none_or(|d| d > Instant::now() + SIGNAL_GRACE) {
-                    deadline = Some(Instant::now() + SIGNAL_GRACE);
                 }
-                signalled = Some(sig);
+                Event::Deadline => {
+                    timed_out = true;
+                    sup.kill_all();
+                    deadline = None;
+                }
+                Event::Signal(sig) => {
+                    if signalled.is_some() || !sup.forward(sig) {
+                        // A second signal, or nothing to forward to yet: stop now.
+                        sup.kill_all();
+                        deadline = None;
+                    } else if deadline.is_none_or(|d| d > Instant::now() + SIGNAL_GRACE) {
+                        deadline = Some(Instant::now() + SIGNAL_GRACE);
+                    }
+                    signalled = Some(sig);
+                }
+            }
+        };
+        signal_handle.close();
+        let report = reader.join().unwrap_or_default();
+        // bwrap exiting normally implies its init (and so the pid namespace) is gone; after a
+        // kill, make sure before reporting, so that "nothing left running" holds on return.
+        sup.wait_init_gone();
+
+        let status = match status {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return Err(BackendError::Failed(format!("cannot wait for bwrap: {e}"))),
+            None => return Err(BackendError::Failed("lost track of the bwrap process".into())),
+        };
+        if timed_out {
+            let t = plan.timeout().map(|t| humantime::format_duration(t).to_string()).unwrap_or_default();
+            eprintln!("workcell: the worker did not finish within {t}; it was stopped (exit {EXIT_TIMEOUT})");
+            return Ok(EXIT_TIMEOUT);
+        }
+        if let Some(code) = report.exit_code {
+            return Ok(code);
+        }
+        if let Some(sig) = signalled {
+            return Ok(128 + sig);
+        }
+        let code = crate::backend::none::exit_code_of(status);
+        Ok(explain_bwrap_failure(plan, code))
+    }
+
+    /// bwrap exited without running the command to its end (it reports no exit code): map the
+    /// usual causes to the shell's exit statuses and say what happened.
+    fn explain_bwrap_failure(plan: &LaunchPlan, code: i32) -> i32 {
+        let Some(prog) = plan.command.first() else {
+            return EXIT_INTERNAL;
+        };
+        match resolve_command(plan, prog) {
+            CommandLookup::NotFound => {
+                let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
+                eprintln!("workcell: {prog}: command not found inside the sandbox (PATH={path}; only the system directories and the zones are visible)");
+                EXIT_NOT_FOUND
+            }
+            CommandLookup::NotExecutable(p) => {
+                eprintln!("workcell: {prog}: {p} is not an executable file inside the sandbox");
+                EXIT_NOT_EXECUTABLE
+            }
+            CommandLookup::Found | CommandLookup::Unknown => {
+                let hint = match probe() {
+                    Ok(_) => "see bwrap's message above".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                eprintln!("workcell: bwrap could not set up the sandbox or start {prog} (bwrap exit status {code}): {hint}");
+                EXIT_INTERNAL
             }
         }
-    };
-    signal_handle.close();
-    let report = reader.join().unwrap_or_default();
-    // bwrap exiting normally implies its init (and so the pid namespace) is gone; after a
-    // kill, make sure before reporting, so that "nothing left running" holds on return.
-    sup.wait_init_gone();
+    }
 
-    let status = match status {
-        Some(Ok(s)) => s,
-        Some(Err(e)) => return Err(BackendError::Failed(format!("cannot wait for bwrap: {e}"))),
-        None => return Err(BackendError::Failed("lost track of the bwrap process".into())),
-    };
-    if timed_out {
-        let t = plan.timeout().map(|t| humantime::format_duration(t).to_string()).unwrap_or_default();
-        eprintln!("workcell: the worker did not finish within {t}; it was stopped (exit {EXIT_TIMEOUT})");
-        return Ok(EXIT_TIMEOUT);
+    /// What the supervision loop reacts to.
+    enum Event {
+        /// bwrap set the sandbox up: its init's host pid and pid namespace.
+        Started { init_pid: i32, pid_ns: Option<u64> },
+        /// bwrap exited.
+        Exited(std::io::Result<ExitStatus>),
+        Signal(i32),
+        Deadline,
     }
-    if let Some(code) = report.exit_code {
-        return Ok(code);
+
+    /// What bwrap reported on its status pipe.
+    #[derive(Debug, Default)]
+    struct StatusReport {
+        exit_code: Option<i32>,
     }
-    if let Some(sig) = signalled {
-        return Ok(128 + sig);
+
+    fn spawn_status_reader(pipe: OwnedFd, tx: mpsc::Sender<Event>) -> std::thread::JoinHandle<StatusReport> {
+        std::thread::spawn(move || {
+            let mut report = StatusReport::default();
+            let file = std::fs::File::from(pipe);
+            let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(file)).into_iter::<serde_json::Value>();
+            for doc in stream {
+                let Ok(doc) = doc else { break };
+                if let Some(pid) = doc.get("child-pid").and_then(serde_json::Value::as_i64) {
+                    let pid_ns = doc.get("pid-namespace").and_then(serde_json::Value::as_u64);
+                    let _ = tx.send(Event::Started { init_pid: pid as i32, pid_ns });
+                }
+                if let Some(code) = doc.get("exit-code").and_then(serde_json::Value::as_i64) {
+                    report.exit_code = Some(code as i32);
+                }
+            }
+            report
+        })
     }
-    let code = super::none::exit_code_of(status);
-    Ok(explain_bwrap_failure(plan, code))
+
+    fn spawn_waiter(mut child: std::process::Child, tx: mpsc::Sender<Event>) {
+        std::thread::spawn(move || {
+            let _ = tx.send(Event::Exited(child.wait()));
+        });
+    }
+
+    fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Sender<Event>) {
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(Event::Signal(sig)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Handles on the running sandbox, for forwarding signals and killing it.
+    struct Supervisor {
+        bwrap_pid: i32,
+        /// A pidfd pins the process, so a signal can never hit a recycled pid.
+        bwrap_pidfd: Option<OwnedFd>,
+        init: Option<Init>,
+        own_group: bool,
+    }
+
+    struct Init {
+        pid: i32,
+        pidfd: Option<OwnedFd>,
+        pid_ns: Option<u64>,
+    }
+
+    impl Supervisor {
+        fn started(&mut self, pid: i32, pid_ns: Option<u64>) {
+            let pidfd = rustix::process::Pid::from_raw(pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+            self.init = Some(Init { pid, pidfd, pid_ns });
+        }
+
+        /// Sends `sig` to every process of the sandbox except its init (which, as a pid
+        /// namespace's init, would ignore it). Returns false when there is nothing to send to.
+        fn forward(&self, sig: i32) -> bool {
+            let Some(Init { pid, pid_ns: Some(ns), .. }) = &self.init else { return false };
+            let Some(signal) = rustix::process::Signal::from_named_raw(sig) else { return false };
+            let mut sent = false;
+            for p in pids_in_namespace(*ns) {
+                if p != *pid {
+                    if let Some(p) = rustix::process::Pid::from_raw(p) {
+                        sent |= rustix::process::kill_process(p, signal).is_ok();
+                    }
+                }
+            }
+            sent
+        }
+
+        /// Kills the whole sandbox: its init (the kernel then kills every process of the pid
+        /// namespace) and bwrap itself (`--die-with-parent` covers a sandbox not started yet).
+        fn kill_all(&self) {
+            if let Some(init) = &self.init {
+                send_kill(init.pidfd.as_ref(), init.pid);
+            }
+            send_kill(self.bwrap_pidfd.as_ref(), self.bwrap_pid);
+            if self.own_group {
+                // Anything bwrap forked outside the namespaces (nothing, normally).
+                if let Some(p) = rustix::process::Pid::from_raw(self.bwrap_pid) {
+                    let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+                }
+            }
+        }
+
+        /// Waits (bounded) until the sandbox's init has exited, which the kernel allows only
+        /// once every other process of its pid namespace is gone.
+        fn wait_init_gone(&self) {
+            let Some(init) = &self.init else { return };
+            let start = Instant::now();
+            match &init.pidfd {
+                Some(fd) => {
+                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let timeout = rustix::event::Timespec { tv_sec: KILL_WAIT.as_secs() as i64, tv_nsec: 0 };
+                    let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                }
+                None => {
+                    while Path::new(&format!("/proc/{}", init.pid)).exists() && start.elapsed() < KILL_WAIT {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_kill(pidfd: Option<&OwnedFd>, pid: i32) {
+        match pidfd {
+            Some(fd) => {
+                let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
+            }
+            None => {
+                if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+            }
+        }
+    }
+
+    /// Host pids of the processes in pid namespace `ns` (by the inode of `/proc/PID/ns/pid`).
+    fn pids_in_namespace(ns: u64) -> Vec<i32> {
+        let want = format!("pid:[{ns}]");
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l.as_os_str() == want.as_str()))
+            .collect()
+    }
 }
 
-/// bwrap exited without running the command to its end (it reports no exit code): map the
-/// usual causes to the shell's exit statuses and say what happened.
-fn explain_bwrap_failure(plan: &LaunchPlan, code: i32) -> i32 {
-    let Some(prog) = plan.command.first() else {
-        return EXIT_INTERNAL;
-    };
-    match resolve_command(plan, prog) {
-        CommandLookup::NotFound => {
-            let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
-            eprintln!("workcell: {prog}: command not found inside the sandbox (PATH={path}; only the system directories and the zones are visible)");
-            EXIT_NOT_FOUND
-        }
-        CommandLookup::NotExecutable(p) => {
-            eprintln!("workcell: {prog}: {p} is not an executable file inside the sandbox");
-            EXIT_NOT_EXECUTABLE
-        }
-        CommandLookup::Found | CommandLookup::Unknown => {
-            let hint = match probe() {
-                Ok(_) => "see bwrap's message above".to_string(),
-                Err(e) => e.to_string(),
-            };
-            eprintln!("workcell: bwrap could not set up the sandbox or start {prog} (bwrap exit status {code}): {hint}");
-            EXIT_INTERNAL
-        }
-    }
-}
-
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 /// Outcome of looking a command up in the sandbox's view of the filesystem.
 #[derive(Debug, PartialEq, Eq)]
 enum CommandLookup {
@@ -506,6 +682,7 @@ enum CommandLookup {
 
 /// Looks `prog` up as bwrap's `execvp` would, but on the host, translating sandbox paths
 /// through the plan (zones → their sources, system binds → themselves, system symlinks).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn resolve_command(plan: &LaunchPlan, prog: &str) -> CommandLookup {
     let candidates: Vec<String> = if prog.contains('/') {
         if prog.starts_with('/') {
@@ -532,18 +709,21 @@ fn resolve_command(plan: &LaunchPlan, prog: &str) -> CommandLookup {
     not_exec.map(CommandLookup::NotExecutable).unwrap_or(CommandLookup::NotFound)
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 enum View {
     Host(PathBuf),
     SandboxOnly,
     Absent,
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
     let rest = path.strip_prefix(prefix.trim_end_matches('/'))?;
     (rest.is_empty() || rest.starts_with('/')).then_some(rest)
 }
 
 /// The host path behind sandbox path `p`, following the plan's layout.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn host_path_in_view(plan: &LaunchPlan, p: &str, depth: u8) -> View {
     if depth > 8 {
         return View::Absent;
@@ -568,152 +748,6 @@ fn host_path_in_view(plan: &LaunchPlan, p: &str, depth: u8) -> View {
         }
     }
     View::Absent
-}
-
-/// What the supervision loop reacts to.
-enum Event {
-    /// bwrap set the sandbox up: its init's host pid and pid namespace.
-    Started { init_pid: i32, pid_ns: Option<u64> },
-    /// bwrap exited.
-    Exited(std::io::Result<ExitStatus>),
-    Signal(i32),
-    Deadline,
-}
-
-/// What bwrap reported on its status pipe.
-#[derive(Debug, Default)]
-struct StatusReport {
-    exit_code: Option<i32>,
-}
-
-fn spawn_status_reader(pipe: OwnedFd, tx: mpsc::Sender<Event>) -> std::thread::JoinHandle<StatusReport> {
-    std::thread::spawn(move || {
-        let mut report = StatusReport::default();
-        let file = std::fs::File::from(pipe);
-        let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(file)).into_iter::<serde_json::Value>();
-        for doc in stream {
-            let Ok(doc) = doc else { break };
-            if let Some(pid) = doc.get("child-pid").and_then(serde_json::Value::as_i64) {
-                let pid_ns = doc.get("pid-namespace").and_then(serde_json::Value::as_u64);
-                let _ = tx.send(Event::Started { init_pid: pid as i32, pid_ns });
-            }
-            if let Some(code) = doc.get("exit-code").and_then(serde_json::Value::as_i64) {
-                report.exit_code = Some(code as i32);
-            }
-        }
-        report
-    })
-}
-
-fn spawn_waiter(mut child: std::process::Child, tx: mpsc::Sender<Event>) {
-    std::thread::spawn(move || {
-        let _ = tx.send(Event::Exited(child.wait()));
-    });
-}
-
-fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Sender<Event>) {
-    std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if tx.send(Event::Signal(sig)).is_err() {
-                break;
-            }
-        }
-    });
-}
-
-/// Handles on the running sandbox, for forwarding signals and killing it.
-struct Supervisor {
-    bwrap_pid: i32,
-    /// A pidfd pins the process, so a signal can never hit a recycled pid.
-    bwrap_pidfd: Option<OwnedFd>,
-    init: Option<Init>,
-    own_group: bool,
-}
-
-struct Init {
-    pid: i32,
-    pidfd: Option<OwnedFd>,
-    pid_ns: Option<u64>,
-}
-
-impl Supervisor {
-    fn started(&mut self, pid: i32, pid_ns: Option<u64>) {
-        let pidfd = rustix::process::Pid::from_raw(pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
-        self.init = Some(Init { pid, pidfd, pid_ns });
-    }
-
-    /// Sends `sig` to every process of the sandbox except its init (which, as a pid
-    /// namespace's init, would ignore it). Returns false when there is nothing to send to.
-    fn forward(&self, sig: i32) -> bool {
-        let Some(Init { pid, pid_ns: Some(ns), .. }) = &self.init else { return false };
-        let Some(signal) = rustix::process::Signal::from_named_raw(sig) else { return false };
-        let mut sent = false;
-        for p in pids_in_namespace(*ns) {
-            if p != *pid {
-                if let Some(p) = rustix::process::Pid::from_raw(p) {
-                    sent |= rustix::process::kill_process(p, signal).is_ok();
-                }
-            }
-        }
-        sent
-    }
-
-    /// Kills the whole sandbox: its init (the kernel then kills every process of the pid
-    /// namespace) and bwrap itself (`--die-with-parent` covers a sandbox not started yet).
-    fn kill_all(&self) {
-        if let Some(init) = &self.init {
-            send_kill(init.pidfd.as_ref(), init.pid);
-        }
-        send_kill(self.bwrap_pidfd.as_ref(), self.bwrap_pid);
-        if self.own_group {
-            // Anything bwrap forked outside the namespaces (nothing, normally).
-            if let Some(p) = rustix::process::Pid::from_raw(self.bwrap_pid) {
-                let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
-            }
-        }
-    }
-
-    /// Waits (bounded) until the sandbox's init has exited, which the kernel allows only
-    /// once every other process of its pid namespace is gone.
-    fn wait_init_gone(&self) {
-        let Some(init) = &self.init else { return };
-        let start = Instant::now();
-        match &init.pidfd {
-            Some(fd) => {
-                let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-                let timeout = rustix::event::Timespec { tv_sec: KILL_WAIT.as_secs() as i64, tv_nsec: 0 };
-                let _ = rustix::event::poll(&mut fds, Some(&timeout));
-            }
-            None => {
-                while Path::new(&format!("/proc/{}", init.pid)).exists() && start.elapsed() < KILL_WAIT {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-        }
-    }
-}
-
-fn send_kill(pidfd: Option<&OwnedFd>, pid: i32) {
-    match pidfd {
-        Some(fd) => {
-            let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
-        }
-        None => {
-            if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-        }
-    }
-}
-
-/// Host pids of the processes in pid namespace `ns` (by the inode of `/proc/PID/ns/pid`).
-fn pids_in_namespace(ns: u64) -> Vec<i32> {
-    let want = format!("pid:[{ns}]");
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.filter_map(Result::ok)
-        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
-        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l.as_os_str() == want.as_str()))
-        .collect()
 }
 
 #[cfg(test)]
