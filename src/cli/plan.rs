@@ -12,8 +12,8 @@ pub struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Also print the rendering for this backend (bwrap: the command line; seatbelt: the
-    /// profile and its parameters).
+    /// Print this backend's rendering instead of the summary (bwrap: the command line;
+    /// seatbelt: the profile and its parameters).
     #[arg(long, value_enum)]
     pub backend: Option<crate::config::BackendChoice>,
     /// Command to plan instead of the worker's.
