@@ -1,21 +1,785 @@
-//! bubblewrap backend. (Being written.)
+//! bubblewrap backend: the plan rendered as a `bwrap` argv and run under workcell's
+//! supervision.
+//!
+//! The worker sees the same filesystem as under Docker (SPEC §5): an empty tmpfs root, the
+//! host system directories read-only, the zones at their mount points, a private `/tmp`,
+//! fresh `/proc` and `/dev` — and nothing else of the host. Every namespace is unshared
+//! (the network one is kept only when the plan allows network), all capabilities are
+//! dropped, the environment is exactly the plan's, and the sandbox dies with workcell.
+//!
+//! [`render_argv`] is pure (snapshot-tested); [`run`] is the only part that touches the OS.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+#[cfg(target_os = "linux")]
+use std::time::Duration;
 
 use super::BackendError;
-use crate::plan::LaunchPlan;
+use crate::plan::{LaunchPlan, SystemEntry, DEFAULT_MEMORY, DEFAULT_PIDS};
 
-/// The bwrap binary to use, after checking that it can create a sandbox here.
+/// Where bwrap is looked for first; distribution packages install it here.
+pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
+
+/// Environment variable naming the bwrap binary to use instead of [`DEFAULT_BWRAP`] and
+/// `PATH`. A path that does not exist makes the backend unavailable (tests use
+/// `WORKCELL_BWRAP=/nonexistent` to simulate a machine without bubblewrap).
+pub const BWRAP_ENV: &str = "WORKCELL_BWRAP";
+
+/// Hostname inside every bwrap sandbox.
+pub const SANDBOX_HOSTNAME: &str = "workcell";
+
+/// How long a worker gets to exit after a forwarded SIGINT/SIGTERM before the sandbox is
+/// killed.
+#[cfg(target_os = "linux")]
+const SIGNAL_GRACE: Duration = Duration::from_secs(10);
+/// How long to wait for the sandbox's processes to disappear after killing it.
+#[cfg(target_os = "linux")]
+const KILL_WAIT: Duration = Duration::from_secs(5);
+
+/// Optional bwrap options, which older releases lack. Detected from `bwrap --help`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BwrapFeatures {
+    /// `--size BYTES` before `--tmpfs` (caps the private `/tmp`).
+    pub tmpfs_size: bool,
+    /// `--disable-userns` (no nested user namespaces inside the sandbox; bubblewrap ≥ 0.8).
+    pub disable_userns: bool,
+}
+
+impl Default for BwrapFeatures {
+    /// What current bubblewrap releases support.
+    fn default() -> Self {
+        BwrapFeatures { tmpfs_size: true, disable_userns: true }
+    }
+}
+
+impl BwrapFeatures {
+    /// Features named in bwrap's usage text (`bwrap --help`, or the binary containing it).
+    pub fn from_usage(usage: &[u8]) -> BwrapFeatures {
+        BwrapFeatures { tmpfs_size: contains(usage, b"--size"), disable_userns: contains(usage, b"--disable-userns") }
+    }
+}
+
+/// The bwrap argv for `plan` (argv\[0\] is `bwrap`), assuming a current bubblewrap.
+/// Pure: the same plan always renders the same argv.
+pub fn render_argv(plan: &LaunchPlan, bwrap: &Path) -> Vec<OsString> {
+    render_argv_with(plan, bwrap, BwrapFeatures::default())
+}
+
+/// [`render_argv`] for a bwrap with the given optional features.
+pub fn render_argv_with(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatures) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![bwrap.into()];
+    let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
+
+    // Namespaces: everything, then the network back only when allowed.
+    push(&["--unshare-all"]);
+    if plan.network {
+        push(&["--share-net"]);
+    }
+    // An explicit user namespace with the invoking ids: inside == outside, so files written
+    // to rw zones belong to the invoking user, and it works the same as root and as a
+    // normal user (as root without it bwrap would keep real root's privileges for setup
+    // but `--uid/--gid` need a user namespace).
+    let (uid, gid) = (plan.user.uid.to_string(), plan.user.gid.to_string());
+    push(&["--unshare-user", "--uid", &uid, "--gid", &gid]);
+    if features.disable_userns {
+        push(&["--disable-userns"]);
+    }
+    push(&["--hostname", SANDBOX_HOSTNAME, "--die-with-parent"]);
+    // A new session stops the worker from pushing input into workcell's terminal
+    // (TIOCSTI); with a TTY the worker needs the terminal as its controlling one.
+    if !plan.tty {
+        push(&["--new-session"]);
+    }
+    push(&["--cap-drop", "ALL", "--clearenv"]);
+    for (k, v) in &plan.env {
+        push(&["--setenv", k, v]);
+    }
+
+    // Filesystem, on bwrap's empty tmpfs root. System entries come from the host layout;
+    // `-try` because the layout is best effort (an entry may vanish between planning and
+    // running, and a missing system path must not stop the run).
+    for entry in &plan.system {
+        match entry {
+            SystemEntry::Bind { path } => push(&["--ro-bind-try", path, path]),
+            SystemEntry::Symlink { path, target } => push(&["--symlink", target, path]),
+        }
+    }
+    if plan.network {
+        // Name resolution needs these once the network is on (Docker provides its own).
+        for f in ["/etc/resolv.conf", "/etc/hosts"] {
+            push(&["--ro-bind-try", f, f]);
+        }
+    }
+    push(&["--proc", "/proc", "--dev", "/dev"]);
+    for t in &plan.tmpfs {
+        if features.tmpfs_size {
+            let size = t.size_bytes.to_string();
+            push(&["--size", &size]);
+        }
+        push(&["--tmpfs", &t.target]);
+    }
+    // Zones last, in plan order (outer before nested), so they are not hidden by anything
+    // above; their sources must exist, hence no `-try`.
+    for m in &plan.mounts {
+        a.push(if m.read_only { "--ro-bind" } else { "--bind" }.into());
+        a.push(m.source.clone().into_os_string());
+        a.push(m.target.clone().into());
+    }
+    a.push("--chdir".into());
+    a.push(plan.workdir.clone().into());
+    a.push("--".into());
+    a.extend(plan.command.iter().map(OsString::from));
+    a
+}
+
+/// `argv` as one shell-quoted line, for `workcell plan` and for copying into a terminal.
+pub fn shell_line(argv: &[OsString]) -> String {
+    let words: Vec<String> = argv.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
+/// The printable bwrap rendering of `plan` for `workcell plan --backend bwrap`.
+pub fn plan_text(plan: &LaunchPlan) -> String {
+    let (bwrap, features) = match locate() {
+        Ok(l) => (l.path.clone(), l.features),
+        Err(_) => (PathBuf::from("bwrap"), BwrapFeatures::default()),
+    };
+    let mut out = format!("# bwrap command line (run id {})\n{}\n", plan.run_id, shell_line(&render_argv_with(plan, &bwrap, features)));
+    for w in unenforced_limits(plan) {
+        out.push_str(&format!("# not enforced by bwrap: {w}\n"));
+    }
+    out
+}
+
+/// Limits in `plan` that bwrap cannot enforce here, one human-readable line each.
+/// The timeout is always enforced (by workcell).
+pub fn unenforced_limits(plan: &LaunchPlan) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(m) = plan.limits.memory_bytes {
+        out.push(format!(
+            "memory limit ({m} bytes): needs a cgroup, which a plain process cannot create without systemd/cgroup delegation; use the docker backend to enforce it"
+        ));
+    }
+    if let Some(c) = plan.limits.cpus {
+        out.push(format!("cpu limit ({c} cpus): needs a cgroup, which a plain process cannot create without delegation; use the docker backend to enforce it"));
+    }
+    if let Some(p) = plan.limits.pids {
+        // RLIMIT_NPROC counts every process of the uid on the whole host and is ignored for
+        // root, so setting it would either break unrelated work or do nothing.
+        out.push(format!(
+            "process limit ({p}): RLIMIT_NPROC is per host user (and ignored for root), so it is not set; the pid namespace still ends every process with the run; use the docker backend to enforce it"
+        ));
+    }
+    out
+}
+
+/// Limits the user asked for explicitly (not workcell's defaults) that bwrap cannot
+/// enforce. Defaults are only logged, so that every run does not print the same warning.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn explicit_unenforced(plan: &LaunchPlan) -> Vec<String> {
+    let mut quiet = plan.clone();
+    if quiet.limits.memory_bytes == Some(DEFAULT_MEMORY) {
+        quiet.limits.memory_bytes = None;
+    }
+    if quiet.limits.pids == Some(DEFAULT_PIDS) {
+        quiet.limits.pids = None;
+    }
+    unenforced_limits(&quiet)
+}
+
+/// A bwrap binary and what it supports.
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// Absolute path of the binary.
+    pub path: PathBuf,
+    /// Its optional features.
+    pub features: BwrapFeatures,
+}
+
+/// Why bwrap is unavailable, kept as strings so the per-process cache can hand out copies.
+#[derive(Debug, Clone)]
+struct Unavailable {
+    reason: String,
+    fix: String,
+}
+
+impl Unavailable {
+    fn into_error(self) -> BackendError {
+        BackendError::Unavailable { backend: "bwrap", reason: self.reason, fix: self.fix }
+    }
+}
+
+const INSTALL_FIX: &str = "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; Arch: pacman -S bubblewrap), or set WORKCELL_BWRAP=/path/to/bwrap.";
+
+/// Finds the bwrap binary without starting a sandbox: `$WORKCELL_BWRAP`, else
+/// [`DEFAULT_BWRAP`], else the first `bwrap` in an absolute `PATH` entry, and reads its
+/// optional features. Cached per process.
+///
+/// This function is not given the zones, so it cannot skip a `bwrap` that sits inside a
+/// zone; [`run`] refuses a binary inside any of the plan's zone directories instead (a
+/// worker could have planted it there). Relative `PATH` entries are always ignored.
+pub fn locate() -> Result<&'static Located, BackendError> {
+    static LOCATED: OnceLock<Result<Located, Unavailable>> = OnceLock::new();
+    LOCATED.get_or_init(locate_uncached).as_ref().map_err(|u| u.clone().into_error())
+}
+
+fn locate_uncached() -> Result<Located, Unavailable> {
+    let path = match std::env::var_os(BWRAP_ENV) {
+        Some(p) if !p.is_empty() => {
+            let p = PathBuf::from(p);
+            if !is_executable(&p) {
+                return Err(Unavailable {
+                    reason: format!("{BWRAP_ENV}={} is not an executable file", p.display()),
+                    fix: format!("Point {BWRAP_ENV} at a bwrap binary, or unset it to use {DEFAULT_BWRAP}."),
+                });
+            }
+            p
+        }
+        _ => find_on_path().ok_or_else(|| Unavailable {
+            reason: format!("no bwrap binary at {DEFAULT_BWRAP} or on PATH"),
+            fix: INSTALL_FIX.into(),
+        })?,
+    };
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    let features = detect_features(&path).map_err(|e| Unavailable { reason: format!("cannot run {}: {e}", path.display()), fix: INSTALL_FIX.into() })?;
+    Ok(Located { path, features })
+}
+
+/// The optional options `bwrap` supports. bwrap's usage text, which names every option, is
+/// a literal in the binary, so searching the file (tens of kilobytes) answers without
+/// starting a process — that one spawn of `bwrap --help` was a fifth of a launch's cost.
+/// Falls back to `bwrap --help` when the file cannot be read.
+fn detect_features(path: &Path) -> std::io::Result<BwrapFeatures> {
+    const MAX_SCAN: u64 = 16 << 20;
+    let text = match std::fs::metadata(path) {
+        Ok(m) if m.len() <= MAX_SCAN => std::fs::read(path).ok(),
+        _ => None,
+    };
+    let text = match text {
+        Some(bytes) if contains(&bytes, b"--unshare-all") => bytes,
+        _ => Command::new(path).arg("--help").stdin(Stdio::null()).stderr(Stdio::null()).output()?.stdout,
+    };
+    Ok(BwrapFeatures::from_usage(&text))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn find_on_path() -> Option<PathBuf> {
+    if is_executable(Path::new(DEFAULT_BWRAP)) {
+        return Some(PathBuf::from(DEFAULT_BWRAP));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).filter(|d| d.is_absolute()).map(|d| d.join("bwrap")).find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+}
+
+/// The bwrap binary to use, after checking that it can create a sandbox here (user
+/// namespaces can be disabled by sysctl, AppArmor or a container's seccomp profile).
+/// Starts one throwaway sandbox; the result is cached per process.
 pub fn probe() -> Result<PathBuf, BackendError> {
-    Err(BackendError::Unavailable { backend: "bwrap", reason: "not implemented yet".into(), fix: String::new() })
+    static PROBED: OnceLock<Result<PathBuf, Unavailable>> = OnceLock::new();
+    PROBED.get_or_init(probe_uncached).clone().map_err(Unavailable::into_error)
 }
 
-/// Runs the plan under bwrap; returns the worker's exit status.
-pub fn run(_plan: &LaunchPlan) -> Result<i32, BackendError> {
-    probe().map(|_| 0)
+fn probe_uncached() -> Result<PathBuf, Unavailable> {
+    let located = locate().map_err(|e| match e {
+        BackendError::Unavailable { reason, fix, .. } => Unavailable { reason, fix },
+        BackendError::Failed(m) => Unavailable { reason: m, fix: INSTALL_FIX.into() },
+    })?;
+    let out = probe_command(located).stdin(Stdio::null()).output().map_err(|e| Unavailable {
+        reason: format!("cannot run {}: {e}", located.path.display()),
+        fix: INSTALL_FIX.into(),
+    })?;
+    if out.status.success() {
+        return Ok(located.path.clone());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(Unavailable {
+        reason: format!("{} cannot create a sandbox here: {}", located.path.display(), stderr.trim()),
+        fix: userns_fix(),
+    })
 }
 
-/// Runs the plan under bwrap with output captured. (Being written.)
-pub fn run_captured(_plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
-    probe().map(|_| super::Captured::default())
+/// The throwaway sandbox of [`probe`]: the same namespace and privilege options as a real
+/// run, around the host's own root.
+fn probe_command(located: &Located) -> Command {
+    let (uid, gid) = (rustix::process::getuid().as_raw().to_string(), rustix::process::getgid().as_raw().to_string());
+    let mut cmd = Command::new(&located.path);
+    cmd.args(["--unshare-all", "--unshare-user", "--uid", &uid, "--gid", &gid]);
+    if located.features.disable_userns {
+        cmd.arg("--disable-userns");
+    }
+    cmd.args(["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]);
+    if located.features.tmpfs_size {
+        cmd.args(["--size", "1048576"]);
+    }
+    cmd.args(["--tmpfs", "/tmp", "--"]).arg(&located.path).arg("--version");
+    cmd
+}
+
+/// What to do when bwrap cannot create namespaces, from the sysctls that usually cause it.
+fn userns_fix() -> String {
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string());
+    let mut fixes = Vec::new();
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        fixes.push("unprivileged user namespaces are disabled: sudo sysctl -w kernel.unprivileged_userns_clone=1".to_string());
+    }
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        fixes.push("user namespaces are limited to 0: sudo sysctl -w user.max_user_namespaces=15000".to_string());
+    }
+    if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        fixes.push("AppArmor restricts unprivileged user namespaces (Ubuntu 24.04+): install the bwrap profile (apt-get install apparmor-profiles; see /usr/share/apparmor/extra-profiles/bwrap-userns-restrict) or sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0".to_string());
+    }
+    if fixes.is_empty() {
+        fixes.push("check that user namespaces are allowed (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces>0, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap); inside a container, the container's seccomp profile must allow unshare/clone of namespaces".to_string());
+    }
+    format!("To fix: {}. Or use the docker backend.", fixes.join("; "))
+}
+
+/// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
+/// when the command cannot be executed / is not found, 125 when bwrap itself fails).
+pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+    #[cfg(target_os = "linux")]
+    {
+        runner::run(plan)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = plan;
+        Err(BackendError::Unavailable { backend: "bwrap", reason: "bubblewrap runs only on Linux".into(), fix: "On macOS use the docker or seatbelt backend.".into() })
+    }
+}
+
+// The runner uses Linux-only interfaces (pidfds, pipe2, /proc), so it is compiled only
+// there; the renderer above stays portable for `workcell plan` and the snapshot tests.
+#[cfg(target_os = "linux")]
+mod runner {
+    use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    use std::process::ExitStatus;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::backend::{EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+
+    /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
+    /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
+    pub(super) fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+        let located = locate()?;
+        if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
+            return Err(BackendError::Failed(format!(
+                "refusing to run {}: it lies inside the zone directory {} ({}), where a worker could have replaced it; install bwrap outside your zones or set {BWRAP_ENV}",
+                located.path.display(),
+                m.source.display(),
+                m.target
+            )));
+        }
+        for w in explicit_unenforced(plan) {
+            eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
+        }
+        for w in unenforced_limits(plan) {
+            tracing::debug!("bwrap does not enforce: {w}");
+        }
+
+        // bwrap reports the sandbox's init pid and, when the command ran, its exit code on this
+        // pipe; no exit code means bwrap itself failed (setup or exec).
+        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
+        let mut argv = render_argv_with(plan, &located.path, located.features);
+        let fd_arg = status_w.as_raw_fd().to_string();
+        argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
+
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).env_clear();
+        let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
+        if !(plan.interactive || plan.tty) {
+            cmd.stdin(Stdio::null());
+        }
+        // Its own process group, so a terminal's Ctrl-C reaches only workcell, which forwards it
+        // into the sandbox; with a terminal the worker must stay in the foreground group.
+        let own_group = !(plan.tty || (plan.interactive && stdin_is_tty));
+        if own_group {
+            cmd.process_group(0);
+        }
+        let (tx, rx) = mpsc::channel::<Event>();
+        // Signals are registered before the spawn so that none is lost in between.
+        let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP])
+            .map_err(|e| BackendError::Failed(format!("cannot install signal handlers: {e}")))?;
+        let signal_handle = signals.handle();
+        // The write end is inheritable only around the spawn, and bwrap is the only process
+        // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
+        // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
+        rustix::io::fcntl_setfd(&status_w, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
+        let spawned = cmd.spawn();
+        drop(status_w);
+        let child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
+        let bwrap_pid = child.id() as i32;
+        let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+
+        spawn_signal_thread(signals, tx.clone());
+        let reader = spawn_status_reader(status_r, tx.clone());
+        spawn_waiter(child, tx);
+
+        let mut sup = Supervisor { bwrap_pid, bwrap_pidfd, init: None, own_group };
+        let mut deadline = plan.timeout().map(|t| Instant::now() + t);
+        let mut timed_out = false;
+        let mut signalled: Option<i32> = None;
+        let status = loop {
+            let event = match deadline {
+                Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
+                    Ok(e) => e,
+                    Err(mpsc::RecvTimeoutError::Timeout) => Event::Deadline,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
+                },
+                None => match rx.recv() {
+                    Ok(e) => e,
+                    Err(_) => break None,
+                },
+            };
+            match event {
+                Event::Started { init_pid, pid_ns } => sup.started(init_pid, pid_ns),
+                Event::Exited(s) => break Some(s),
+                Event::Deadline if signalled.is_some() => {
+                    // The worker ignored a forwarded signal for the whole grace period.
+                    sup.kill_all();
+                    deadline = None;
+                }
+                Event::Deadline => {
+                    timed_out = true;
+                    sup.kill_all();
+                    deadline = None;
+                }
+                Event::Signal(sig) => {
+                    if signalled.is_some() || !sup.forward(sig) {
+                        // A second signal, or nothing to forward to yet: stop now.
+                        sup.kill_all();
+                        deadline = None;
+                    } else if deadline.is_none_or(|d| d > Instant::now() + SIGNAL_GRACE) {
+                        deadline = Some(Instant::now() + SIGNAL_GRACE);
+                    }
+                    signalled = Some(sig);
+                }
+            }
+        };
+        signal_handle.close();
+        let report = reader.join().unwrap_or_default();
+        // bwrap exiting normally implies its init (and so the pid namespace) is gone; after a
+        // kill, make sure before reporting, so that "nothing left running" holds on return.
+        sup.wait_init_gone();
+
+        let status = match status {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => return Err(BackendError::Failed(format!("cannot wait for bwrap: {e}"))),
+            None => return Err(BackendError::Failed("lost track of the bwrap process".into())),
+        };
+        if timed_out {
+            let t = plan.timeout().map(|t| humantime::format_duration(t).to_string()).unwrap_or_default();
+            eprintln!("workcell: the worker did not finish within {t}; it was stopped (exit {EXIT_TIMEOUT})");
+            return Ok(EXIT_TIMEOUT);
+        }
+        if let Some(code) = report.exit_code {
+            return Ok(code);
+        }
+        if let Some(sig) = signalled {
+            return Ok(128 + sig);
+        }
+        let code = crate::backend::none::exit_code_of(status);
+        Ok(explain_bwrap_failure(plan, code))
+    }
+
+    /// bwrap exited without running the command to its end (it reports no exit code): map the
+    /// usual causes to the shell's exit statuses and say what happened.
+    fn explain_bwrap_failure(plan: &LaunchPlan, code: i32) -> i32 {
+        let Some(prog) = plan.command.first() else {
+            return EXIT_INTERNAL;
+        };
+        match resolve_command(plan, prog) {
+            CommandLookup::NotFound => {
+                let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
+                eprintln!("workcell: {prog}: command not found inside the sandbox (PATH={path}; only the system directories and the zones are visible)");
+                EXIT_NOT_FOUND
+            }
+            CommandLookup::NotExecutable(p) => {
+                eprintln!("workcell: {prog}: {p} is not an executable file inside the sandbox");
+                EXIT_NOT_EXECUTABLE
+            }
+            CommandLookup::Found | CommandLookup::Unknown => {
+                let hint = match probe() {
+                    Ok(_) => "see bwrap's message above".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                eprintln!("workcell: bwrap could not set up the sandbox or start {prog} (bwrap exit status {code}): {hint}");
+                EXIT_INTERNAL
+            }
+        }
+    }
+
+    /// What the supervision loop reacts to.
+    enum Event {
+        /// bwrap set the sandbox up: its init's host pid and pid namespace.
+        Started { init_pid: i32, pid_ns: Option<u64> },
+        /// bwrap exited.
+        Exited(std::io::Result<ExitStatus>),
+        Signal(i32),
+        Deadline,
+    }
+
+    /// What bwrap reported on its status pipe.
+    #[derive(Debug, Default)]
+    struct StatusReport {
+        exit_code: Option<i32>,
+    }
+
+    fn spawn_status_reader(pipe: OwnedFd, tx: mpsc::Sender<Event>) -> std::thread::JoinHandle<StatusReport> {
+        std::thread::spawn(move || {
+            let mut report = StatusReport::default();
+            let file = std::fs::File::from(pipe);
+            let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(file)).into_iter::<serde_json::Value>();
+            for doc in stream {
+                let Ok(doc) = doc else { break };
+                if let Some(pid) = doc.get("child-pid").and_then(serde_json::Value::as_i64) {
+                    let pid_ns = doc.get("pid-namespace").and_then(serde_json::Value::as_u64);
+                    let _ = tx.send(Event::Started { init_pid: pid as i32, pid_ns });
+                }
+                if let Some(code) = doc.get("exit-code").and_then(serde_json::Value::as_i64) {
+                    report.exit_code = Some(code as i32);
+                }
+            }
+            report
+        })
+    }
+
+    fn spawn_waiter(mut child: std::process::Child, tx: mpsc::Sender<Event>) {
+        std::thread::spawn(move || {
+            let _ = tx.send(Event::Exited(child.wait()));
+        });
+    }
+
+    fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Sender<Event>) {
+        std::thread::spawn(move || {
+            for sig in signals.forever() {
+                if tx.send(Event::Signal(sig)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// Handles on the running sandbox, for forwarding signals and killing it.
+    struct Supervisor {
+        bwrap_pid: i32,
+        /// A pidfd pins the process, so a signal can never hit a recycled pid.
+        bwrap_pidfd: Option<OwnedFd>,
+        init: Option<Init>,
+        own_group: bool,
+    }
+
+    struct Init {
+        pid: i32,
+        pidfd: Option<OwnedFd>,
+        pid_ns: Option<u64>,
+    }
+
+    impl Supervisor {
+        fn started(&mut self, pid: i32, pid_ns: Option<u64>) {
+            let pidfd = rustix::process::Pid::from_raw(pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+            self.init = Some(Init { pid, pidfd, pid_ns });
+        }
+
+        /// Sends `sig` to every process of the sandbox except its init (which, as a pid
+        /// namespace's init, would ignore it). Returns false when there is nothing to send to.
+        fn forward(&self, sig: i32) -> bool {
+            let Some(Init { pid, pid_ns: Some(ns), .. }) = &self.init else { return false };
+            let Some(signal) = rustix::process::Signal::from_named_raw(sig) else { return false };
+            let mut sent = false;
+            for p in pids_in_namespace(*ns) {
+                if p != *pid {
+                    if let Some(p) = rustix::process::Pid::from_raw(p) {
+                        sent |= rustix::process::kill_process(p, signal).is_ok();
+                    }
+                }
+            }
+            sent
+        }
+
+        /// Kills the whole sandbox: its init (the kernel then kills every process of the pid
+        /// namespace) and bwrap itself (`--die-with-parent` covers a sandbox not started yet).
+        fn kill_all(&self) {
+            if let Some(init) = &self.init {
+                send_kill(init.pidfd.as_ref(), init.pid);
+            }
+            send_kill(self.bwrap_pidfd.as_ref(), self.bwrap_pid);
+            if self.own_group {
+                // Anything bwrap forked outside the namespaces (nothing, normally).
+                if let Some(p) = rustix::process::Pid::from_raw(self.bwrap_pid) {
+                    let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+                }
+            }
+        }
+
+        /// Waits (bounded) until the sandbox's init has exited, which the kernel allows only
+        /// once every other process of its pid namespace is gone.
+        fn wait_init_gone(&self) {
+            let Some(init) = &self.init else { return };
+            let start = Instant::now();
+            match &init.pidfd {
+                Some(fd) => {
+                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let timeout = rustix::event::Timespec { tv_sec: KILL_WAIT.as_secs() as i64, tv_nsec: 0 };
+                    let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                }
+                None => {
+                    while Path::new(&format!("/proc/{}", init.pid)).exists() && start.elapsed() < KILL_WAIT {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_kill(pidfd: Option<&OwnedFd>, pid: i32) {
+        match pidfd {
+            Some(fd) => {
+                let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
+            }
+            None => {
+                if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+            }
+        }
+    }
+
+    /// Host pids of the processes in pid namespace `ns` (by the inode of `/proc/PID/ns/pid`).
+    fn pids_in_namespace(ns: u64) -> Vec<i32> {
+        let want = format!("pid:[{ns}]");
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+            .filter(|pid| std::fs::read_link(format!("/proc/{pid}/ns/pid")).is_ok_and(|l| l.as_os_str() == want.as_str()))
+            .collect()
+    }
+}
+
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+/// Outcome of looking a command up in the sandbox's view of the filesystem.
+#[derive(Debug, PartialEq, Eq)]
+enum CommandLookup {
+    Found,
+    NotExecutable(String),
+    NotFound,
+    /// In a place only the sandbox has (`/tmp`, `/proc`, `/dev`): cannot tell from outside.
+    Unknown,
+}
+
+/// Looks `prog` up as bwrap's `execvp` would, but on the host, translating sandbox paths
+/// through the plan (zones → their sources, system binds → themselves, system symlinks).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn resolve_command(plan: &LaunchPlan, prog: &str) -> CommandLookup {
+    let candidates: Vec<String> = if prog.contains('/') {
+        if prog.starts_with('/') {
+            vec![prog.to_string()]
+        } else {
+            vec![format!("{}/{prog}", plan.workdir.trim_end_matches('/'))]
+        }
+    } else {
+        let path = plan.env.get("PATH").map(String::as_str).unwrap_or(crate::plan::WORKER_PATH);
+        path.split(':').filter(|d| d.starts_with('/')).map(|d| format!("{}/{prog}", d.trim_end_matches('/'))).collect()
+    };
+    let mut not_exec = None;
+    for c in &candidates {
+        match host_path_in_view(plan, c, 0) {
+            View::Host(h) => match std::fs::metadata(&h) {
+                Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => return CommandLookup::Found,
+                Ok(_) => not_exec = not_exec.or(Some(c.clone())),
+                Err(_) => {}
+            },
+            View::SandboxOnly => return CommandLookup::Unknown,
+            View::Absent => {}
+        }
+    }
+    not_exec.map(CommandLookup::NotExecutable).unwrap_or(CommandLookup::NotFound)
+}
+
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+enum View {
+    Host(PathBuf),
+    SandboxOnly,
+    Absent,
+}
+
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn under<'a>(path: &'a str, prefix: &str) -> Option<&'a str> {
+    let rest = path.strip_prefix(prefix.trim_end_matches('/'))?;
+    (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+}
+
+/// The host path behind sandbox path `p`, following the plan's layout.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn host_path_in_view(plan: &LaunchPlan, p: &str, depth: u8) -> View {
+    if depth > 8 {
+        return View::Absent;
+    }
+    // Zones win over everything (they are mounted last); the deepest one wins.
+    if let Some((m, rest)) = plan.mounts.iter().rev().filter_map(|m| under(p, &m.target).map(|r| (m, r))).max_by_key(|(m, _)| m.target.len()) {
+        return View::Host(m.source.join(rest.trim_start_matches('/')));
+    }
+    if plan.tmpfs.iter().any(|t| under(p, &t.target).is_some()) || under(p, "/proc").is_some() || under(p, "/dev").is_some() {
+        return View::SandboxOnly;
+    }
+    for e in &plan.system {
+        match e {
+            SystemEntry::Bind { path } if under(p, path).is_some() => return View::Host(PathBuf::from(p)),
+            SystemEntry::Symlink { path, target } => {
+                if let Some(rest) = under(p, path) {
+                    let base = if target.starts_with('/') { target.clone() } else { format!("/{target}") };
+                    return host_path_in_view(plan, &format!("{}{rest}", base.trim_end_matches('/')), depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    View::Absent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_matches_whole_components() {
+        assert_eq!(under("/usr/bin/sh", "/usr"), Some("/bin/sh"));
+        assert_eq!(under("/usr", "/usr"), Some(""));
+        assert_eq!(under("/usrx/sh", "/usr"), None);
+    }
+
+    #[test]
+    fn features_from_help() {
+        assert_eq!(BwrapFeatures::from_usage(b"--size BYTES\n--tmpfs"), BwrapFeatures { tmpfs_size: true, disable_userns: false });
+    }
+}
+
+/// Runs the plan under bwrap with output captured (the shell tool, child workers). The
+/// timeout kills bwrap's whole process group; `--die-with-parent` and the pid namespace take
+/// every process of the sandbox with it.
+pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
+    let located = locate()?;
+    if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
+        return Err(BackendError::Failed(format!("refusing to run {}: it lies inside the zone directory {}", located.path.display(), m.target)));
+    }
+    let argv = render_argv_with(plan, &located.path, located.features);
+    let Some((prog, args)) = argv.split_first() else {
+        return Err(BackendError::Failed("empty bwrap command line".into()));
+    };
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args).env_clear();
+    super::capture(cmd, plan.limits.timeout)
 }

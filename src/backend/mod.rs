@@ -57,7 +57,10 @@ impl Selected {
 pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
     match choice {
         BackendChoice::Docker => docker::probe().map(|_| Selected::Docker),
-        BackendChoice::Bwrap => host_image_only(plan, "bwrap").and_then(|_| bwrap::probe()).map(|_| Selected::Bwrap),
+        // An explicit choice only needs the binary: a run that cannot create its namespaces
+        // fails with the same actionable message, and skipping the throwaway probe sandbox
+        // keeps the launch close to raw bwrap's speed.
+        BackendChoice::Bwrap => host_image_only(plan, "bwrap").and_then(|_| bwrap::locate()).map(|_| Selected::Bwrap),
         BackendChoice::Seatbelt => host_image_only(plan, "seatbelt").and_then(|_| seatbelt::probe()).map(|_| Selected::Seatbelt),
         BackendChoice::None => Ok(Selected::None),
         BackendChoice::Auto => {

@@ -12,6 +12,10 @@ pub struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Print this backend's rendering instead of the summary (bwrap: the command line;
+    /// seatbelt: the profile and its parameters).
+    #[arg(long, value_enum)]
+    pub backend: Option<crate::config::BackendChoice>,
     /// Command to plan instead of the worker's.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -23,6 +27,11 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     let sandbox = worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
+    match args.backend {
+        Some(crate::config::BackendChoice::Bwrap) => return Ok(print_rendering(crate::backend::bwrap::plan_text(&plan))),
+        Some(crate::config::BackendChoice::Seatbelt) => return Ok(print_rendering(crate::backend::seatbelt::plan_text(&plan))),
+        _ => {}
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
     } else {
@@ -39,4 +48,9 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("limits:   timeout {:?}, memory {:?} bytes, cpus {:?}, pids {:?}", plan.limits.timeout, plan.limits.memory_bytes, plan.limits.cpus, plan.limits.pids);
     }
     Ok(0)
+}
+
+fn print_rendering(text: String) -> i32 {
+    print!("{text}");
+    0
 }

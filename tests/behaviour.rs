@@ -1,0 +1,350 @@
+//! One behavioural suite for every backend: each test tries to cross one boundary through
+//! the real `workcell` binary (`workcell run --backend X`), and the same bodies run for
+//! bwrap and docker. Backend-specific bodies (the network tests, whose server must live
+//! where the backend's worker can reach it) are added per backend.
+//!
+//! Gate: `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` turn a missing backend into
+//! a failure; without them the backend's tests are skipped with a note on stderr.
+//! Workers use the host's own tools (`image: host`, the default): sh, cat, busybox nc.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// Whether `backend` works here; panics when `gate` is set to 1 and it does not.
+fn ready(backend: &str, gate: &str) -> bool {
+    let result = match backend {
+        "bwrap" => workcell::backend::bwrap::probe().map(|_| ()),
+        "docker" => workcell::backend::docker::probe().map(|_| ()),
+        other => panic!("unknown backend {other}"),
+    };
+    match result {
+        Ok(()) => true,
+        Err(e) if std::env::var(gate).as_deref() == Ok("1") => panic!("{gate}=1 but the {backend} backend is unavailable: {e}"),
+        Err(e) => {
+            eprintln!("note: skipping {backend} behaviour test ({e}); set {gate}=1 to make this a failure");
+            false
+        }
+    }
+}
+
+/// A scratch directory (`root`) holding zone directories and, beside them, things the
+/// worker must not see.
+struct Scratch {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        Scratch { _dir: dir, root }
+    }
+
+    fn mkdir(&self, name: &str) -> PathBuf {
+        let p = self.root.join(name);
+        std::fs::create_dir_all(&p).expect("mkdir");
+        p
+    }
+}
+
+/// A value unique to this test run, to find processes and files again.
+fn unique() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{}{:09}", std::process::id(), nanos)
+}
+
+fn workcell(backend: &str, cwd: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"));
+    cmd.current_dir(cwd).arg("run").arg("--backend").arg(backend);
+    cmd
+}
+
+fn run(backend: &str, cwd: &Path, args: &[&str]) -> Output {
+    let out = workcell(backend, cwd).args(args).output().expect("start workcell");
+    eprintln!(
+        "workcell {args:?} -> {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Host pids whose command line contains `marker` as a whole argument.
+fn processes_with_arg(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
+/// Test bodies shared by every backend.
+mod body {
+    use super::*;
+
+    pub fn ro_zone_not_writable(backend: &str) {
+        let s = Scratch::new();
+        let zone = s.mkdir("in");
+        std::fs::write(zone.join("a.txt"), "original").expect("write");
+        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", "cat /in/a.txt; echo changed > /in/a.txt; echo new > /in/b.txt; rm -f /in/a.txt; exit 0"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(stdout(&out).starts_with("original"), "the zone itself must be readable");
+        assert_eq!(std::fs::read_to_string(zone.join("a.txt")).expect("a.txt still there"), "original");
+        assert!(!zone.join("b.txt").exists(), "a read-only zone got a new file");
+    }
+
+    pub fn rw_zone_writable(backend: &str) {
+        let s = Scratch::new();
+        let zone = s.mkdir("out");
+        let out = run(backend, &s.root, &["--zone", "out=./out:rw", "--", "sh", "-c", "echo hello > /out/f.txt"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(std::fs::read_to_string(zone.join("f.txt")).expect("written on the host"), "hello\n");
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(zone.join("f.txt")).expect("meta");
+        assert_eq!(meta.uid(), rustix::process::getuid().as_raw(), "the file belongs to the invoking user");
+    }
+
+    pub fn host_paths_invisible(backend: &str) {
+        let s = Scratch::new();
+        let zone = s.mkdir("zone");
+        let sibling = s.mkdir("sibling");
+        std::fs::write(sibling.join("secret.txt"), "secret").expect("write");
+        let probe = format!(
+            "for p in /root /home /var/run/docker.sock /run/docker.sock /etc/passwd /etc/shadow {} {} {}; do if [ -e \"$p\" ]; then echo VISIBLE:$p; fi; done; ls /",
+            sibling.display(),
+            sibling.join("secret.txt").display(),
+            zone.display()
+        );
+        let out = run(backend, &s.root, &["--zone", "zone=./zone:ro", "--", "sh", "-c", &probe]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = stdout(&out);
+        assert!(!text.contains("VISIBLE:"), "host paths visible inside the sandbox:\n{text}");
+    }
+
+    pub fn symlink_out_of_zone_does_not_reach(backend: &str) {
+        let s = Scratch::new();
+        let zone = s.mkdir("zone");
+        let secret = s.root.join("secret.txt");
+        std::fs::write(&secret, "TOPSECRET").expect("write");
+        std::os::unix::fs::symlink(&secret, zone.join("abs-link")).expect("symlink");
+        std::os::unix::fs::symlink("../secret.txt", zone.join("rel-link")).expect("symlink");
+        let out = run(backend, &s.root, &["--zone", "zone=./zone:rw", "--", "sh", "-c", "ls /zone; cat /zone/abs-link; cat /zone/rel-link; echo x > /zone/abs-link; exit 0"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(stdout(&out).contains("rel-link"), "the zone itself must be visible");
+        assert!(!stdout(&out).contains("TOPSECRET"), "a symlink reached a file outside the zone");
+        assert_eq!(std::fs::read_to_string(&secret).expect("secret"), "TOPSECRET", "a write through a symlink changed a file outside the zone");
+    }
+
+    pub fn host_env_not_leaked(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        let name = format!("WORKCELL_TEST_SECRET_{}", unique());
+        let out = workcell(backend, &s.root).env(&name, "leaked-value").args(["--zone", "in=./in:ro", "--", "env"]).output().expect("run");
+        assert_eq!(out.status.code(), Some(0));
+        let text = stdout(&out);
+        assert!(!text.contains(&name) && !text.contains("leaked-value"), "host variable reached the worker:\n{text}");
+        assert!(text.contains("WORKCELL_RUN_ID="), "the plan's own variables are set:\n{text}");
+    }
+
+    pub fn no_new_privs_and_no_capabilities(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "cat", "/proc/self/status"]);
+        assert_eq!(out.status.code(), Some(0));
+        let text = stdout(&out);
+        assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+        assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    }
+
+    pub fn tmp_is_private(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        let marker = format!("workcell-tmp-marker-{}", unique());
+        let script = format!("echo x > /tmp/{marker} && ls /tmp");
+        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(stdout(&out).contains(&marker));
+        assert!(!Path::new("/tmp").join(&marker).exists(), "the worker's /tmp is the host's");
+        let again = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &format!("test -e /tmp/{marker} && echo STILL-THERE; exit 0")]);
+        assert!(!stdout(&again).contains("STILL-THERE"), "/tmp survived into the next run");
+    }
+
+    pub fn timeout_kills_everything(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        // `sleep A B` sleeps A+B seconds; B is a marker to find the processes again.
+        let marker = format!("0.{}", unique());
+        let script = format!("sleep 60 {marker} & sleep 61 {marker}");
+        let start = Instant::now();
+        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--timeout", "2s", "--", "sh", "-c", &script]);
+        assert_eq!(out.status.code(), Some(124));
+        assert!(start.elapsed() < Duration::from_secs(20), "took {:?}", start.elapsed());
+        let left = processes_with_arg(&marker);
+        assert!(left.is_empty(), "processes left running after the timeout: {left:?}");
+    }
+
+    pub fn killing_workcell_kills_worker(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        let marker = format!("0.{}", unique());
+        let mut child = workcell(backend, &s.root)
+            .args(["--zone", "in=./in:ro", "--", "sleep", "60", &marker])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("start workcell");
+        assert!(wait_until(Duration::from_secs(30), || !processes_with_arg(&marker).is_empty()), "the worker never started");
+        child.kill().expect("SIGKILL workcell");
+        let _ = child.wait();
+        let gone = wait_until(Duration::from_secs(10), || processes_with_arg(&marker).is_empty());
+        assert!(gone, "worker still running after workcell was killed: {:?}", processes_with_arg(&marker));
+    }
+
+    pub fn exit_statuses(backend: &str) {
+        let s = Scratch::new();
+        let zone = s.mkdir("in");
+        std::fs::write(zone.join("data.txt"), "not a program").expect("write");
+        assert_eq!(run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", "exit 7"]).status.code(), Some(7));
+        assert_eq!(run(backend, &s.root, &["--zone", "in=./in:ro", "--", "no-such-command-xyz"]).status.code(), Some(127));
+        assert_eq!(run(backend, &s.root, &["--zone", "in=./in:ro", "--", "/in/data.txt"]).status.code(), Some(126));
+    }
+}
+
+/// Generates one module per backend from the shared bodies, plus backend-specific items.
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal, $gate:literal, [$($test:ident),* $(,)?], { $($extra:item)* }) => {
+        mod $module {
+            #[allow(unused_imports)]
+            use super::*;
+            const BACKEND: &str = $backend;
+            const GATE: &str = $gate;
+
+            $(
+                #[test]
+                fn $test() {
+                    if ready(BACKEND, GATE) {
+                        body::$test(BACKEND);
+                    }
+                }
+            )*
+
+            $($extra)*
+        }
+    };
+}
+
+backend_suite!(
+    bwrap,
+    "bwrap",
+    "WORKCELL_REQUIRE_BWRAP",
+    [
+        ro_zone_not_writable,
+        rw_zone_writable,
+        host_paths_invisible,
+        symlink_out_of_zone_does_not_reach,
+        host_env_not_leaked,
+        no_new_privs_and_no_capabilities,
+        tmp_is_private,
+        timeout_kills_everything,
+        killing_workcell_kills_worker,
+        exit_statuses,
+    ],
+    {
+        /// A server on the host loopback: with the network off the worker has its own
+        /// network namespace, whose 127.0.0.1 has nothing listening.
+        fn loopback_server() -> (std::net::TcpListener, u16) {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            l.set_nonblocking(true).expect("nonblocking");
+            let port = l.local_addr().expect("addr").port();
+            (l, port)
+        }
+
+        #[test]
+        fn network_off_blocks_loopback() {
+            if !ready(BACKEND, GATE) {
+                return;
+            }
+            let s = Scratch::new();
+            s.mkdir("in");
+            let (listener, port) = loopback_server();
+            let script = format!("echo ping | busybox nc -w 2 127.0.0.1 {port}");
+            let out = run(BACKEND, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+            assert_ne!(out.status.code(), Some(0), "the connection succeeded with the network off");
+            assert!(listener.accept().is_err(), "the host server got a connection from a worker without network");
+        }
+
+        #[test]
+        fn network_on_reaches_loopback() {
+            if !ready(BACKEND, GATE) {
+                return;
+            }
+            let s = Scratch::new();
+            s.mkdir("in");
+            let (listener, port) = loopback_server();
+            let server = std::thread::spawn(move || {
+                use std::io::Read;
+                let start = Instant::now();
+                loop {
+                    match listener.accept() {
+                        Ok((mut conn, _)) => {
+                            let mut buf = String::new();
+                            let _ = conn.set_nonblocking(false);
+                            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+                            let _ = conn.read_to_string(&mut buf);
+                            return Some(buf);
+                        }
+                        Err(_) if start.elapsed() < Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(20)),
+                        Err(_) => return None,
+                    }
+                }
+            });
+            let script = format!("echo ping | busybox nc -w 2 127.0.0.1 {port}");
+            let out = run(BACKEND, &s.root, &["--network", "--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+            assert_eq!(out.status.code(), Some(0));
+            assert_eq!(server.join().expect("server thread").as_deref().map(str::trim), Some("ping"));
+        }
+    }
+);
+
+// The docker network tests need a server in a sibling container; the docker backend's
+// author adds them in the braces below.
+backend_suite!(
+    docker,
+    "docker",
+    "WORKCELL_REQUIRE_DOCKER",
+    [
+        ro_zone_not_writable,
+        rw_zone_writable,
+        host_paths_invisible,
+        symlink_out_of_zone_does_not_reach,
+        host_env_not_leaked,
+        no_new_privs_and_no_capabilities,
+        tmp_is_private,
+        timeout_kills_everything,
+        killing_workcell_kills_worker,
+        exit_statuses,
+    ],
+    {}
+);
