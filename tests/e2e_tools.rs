@@ -58,10 +58,18 @@ fn audit(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// A worker file whose command is `sh -c SCRIPT`; the command is written as JSON (which is
+/// YAML) so the script needs no YAML quoting.
+fn worker(front: &str, script: &str) -> String {
+    let command = serde_json::to_string(&["sh", "-c", script]).expect("json");
+    format!("---\n{front}command: {command}\n---\nInstructions.\n")
+}
+
 fn ask_zone_project(dir: &Path) {
     std::fs::create_dir_all(dir.join("drafts")).expect("mkdir");
-    let worker = format!(
-        "---\nsandbox:\n  zones:\n    - {{name: drafts, mode: rw}}\ncommand: [sh, -c, 'echo direct > /drafts/direct.txt 2>/dev/null || echo DIRECT-WRITE-FAILED; {CURL} --data-binary \"{{\\\"path\\\":\\\"/drafts/report.txt\\\",\\\"content\\\":\\\"from the worker\\\"}}\" http://workcell/v1/tools/write_file; echo']\n---\nWrite the report.\n"
+    let worker = worker(
+        "sandbox:\n  zones:\n    - {name: drafts, mode: rw}\n",
+        &format!(r#"echo direct > /drafts/direct.txt 2>/dev/null || echo DIRECT-WRITE-FAILED; {CURL} --data-binary '{{"path":"/drafts/report.txt","content":"from the worker"}}' http://workcell/v1/tools/write_file; echo"#),
     );
     write_project(dir, "sandbox:\n  zones:\n    drafts: {path: ./drafts, mode: rw, approval: {write: ask}}\n", &[("drafter", &worker)]);
 }
@@ -114,20 +122,21 @@ fn delegation_derives_the_child_sandbox(backend: &str) {
     let call = |name: &str, input: &str| {
         format!(r#"{CURL} --data-binary '{{"name":"{name}","input":"{input}","attachments":["/data/doc.txt"]}}' http://workcell/v1/tools/call_worker; echo"#)
     };
-    let parent = format!(
-        "---\nworkers: [child, greedy]\nsandbox:\n  zones:\n    - {{name: data, mode: ro}}\n    - {{name: out, mode: rw}}\ncommand: [sh, -c, '{}; {}']\n---\n",
-        call("child", "hello child").replace('\'', "'\"'\"'"),
-        call("greedy", "x").replace('\'', "'\"'\"'"),
+    let parent = worker(
+        "workers: [child, greedy]\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n    - {name: out, mode: rw}\n",
+        &format!("{}; {}", call("child", "hello child"), call("greedy", "x")),
     );
-    let child = format!(
-        "---\nworkers: [parent]\nsandbox:\n  zones:\n    - {{name: data, mode: ro}}\ncommand: [sh, -c, 'echo CHILD-INPUT=$(cat $WORKCELL_INPUT); echo CHILD-ATTACHMENT=$(cat $WORKCELL_ATTACHMENTS/doc.txt); ls /out 2>&1 | head -1; echo x > $WORKCELL_ATTACHMENTS/doc.txt 2>/dev/null || echo ATTACHMENT-READ-ONLY; {}']\n---\n",
-        format!(r#"{CURL} --data-binary '{{"name":"parent"}}' http://workcell/v1/tools/call_worker"#).replace('\'', "'\"'\"'")
+    let child = worker(
+        "workers: [parent]\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n",
+        &format!(
+            r#"echo CHILD-INPUT=$(cat $WORKCELL_INPUT); echo CHILD-ATTACHMENT=$(cat $WORKCELL_ATTACHMENTS/doc.txt); ls /out 2>&1 | head -1; echo x > $WORKCELL_ATTACHMENTS/doc.txt 2>/dev/null || echo ATTACHMENT-READ-ONLY; {CURL} --data-binary '{{"name":"parent"}}' http://workcell/v1/tools/call_worker"#
+        ),
     );
-    let greedy = "---\nsandbox:\n  zones:\n    - {name: data, mode: rw}\ncommand: [true]\n---\n";
+    let greedy = worker("sandbox:\n  zones:\n    - {name: data, mode: rw}\n", "true");
     write_project(
         tmp.path(),
         "sandbox:\n  zones:\n    data: {path: ./data, mode: rw}\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
-        &[("parent", &parent), ("child", &child), ("greedy", greedy)],
+        &[("parent", &parent), ("child", &child), ("greedy", &greedy)],
     );
     let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
         .args(["run", "--approve-all", "--backend", backend, "parent"])
@@ -140,7 +149,7 @@ fn delegation_derives_the_child_sandbox(backend: &str) {
     assert!(stdout.contains("CHILD-INPUT=hello child"), "{stdout}");
     assert!(stdout.contains("CHILD-ATTACHMENT=the document"), "{stdout}");
     assert!(stdout.contains("ATTACHMENT-READ-ONLY"), "{stdout}");
-    assert!(stdout.contains("/out: No such file or directory"), "the child has no /out: {stdout}");
+    assert!(stdout.contains("cannot access '/out': No such file or directory"), "the child has no /out: {stdout}");
     // The child calling back its parent is a cycle, refused with the chain.
     assert!(stdout.contains("parent -> child -> parent"), "{stdout}");
     // A child asking for rw where the parent has ro is refused.
