@@ -1,6 +1,8 @@
 //! Command line: one module per subcommand. Parsing and dispatch only; the library decides.
 
 mod check;
+mod doctor;
+mod gc;
 mod init;
 mod plan;
 mod run;
@@ -69,6 +71,10 @@ pub enum Command {
     Run(run::RunArgs),
     /// Print the JSON Schema of workcell.yaml and of worker files.
     Schema,
+    /// Say which isolation backends work here, and what to fix when they do not.
+    Doctor(doctor::DoctorArgs),
+    /// Remove containers and images that interrupted runs left behind.
+    Gc(gc::GcArgs),
 }
 
 fn init_logging(format: LogFormat) {
@@ -97,6 +103,8 @@ pub fn main() -> i32 {
         Command::Check(a) => check::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
         Command::Run(a) => run::run(&cli, a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Gc(a) => gc::run(a),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)
