@@ -115,7 +115,7 @@ fn owner_alive(labels: &HashMap<String, String>) -> Option<bool> {
 /// containers that are not running or whose owning workcell process is gone (a container
 /// a live workcell owns is never touched), dangling images, host base images of layouts
 /// that are no longer current, `build:` images whose folder changed or vanished, and
-/// other (temporary) managed images. `all` also removes the current host base image and
+/// images labelled `dev.workcell.kind=temporary`. `all` also removes the current host base image and
 /// every `build:` image.
 pub fn gc(all: bool) -> Result<GcReport, DockerError> {
     let rt = super::runtime()?;
@@ -175,7 +175,9 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
             match kind {
                 Some("host-base") => all || !tags.iter().any(|t| Some(t) == current_host.as_ref()),
                 Some("build") => all || !build_is_current(&img.labels, &tags),
-                _ => true,
+                Some("temporary") => true,
+                // Managed images of other kinds (made by tests or by hand) are left alone.
+                _ => false,
             }
         };
         if !remove {

@@ -22,11 +22,13 @@ pub use render::{render, DockerSettings};
 /// How long `probe` waits for a daemon that accepted the connection but does not answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
+const UNREACHABLE_FIX: &str = "Start it (e.g. `systemctl start docker`), or point DOCKER_HOST at a running daemon (Podman: unix://$XDG_RUNTIME_DIR/podman/podman.sock); `workcell doctor` shows what was tried";
+
 /// What went wrong talking to Docker. Every message says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
     /// No daemon at the address tried.
-    #[error("cannot reach the Docker daemon at {address}: {reason}. Start it (e.g. `systemctl start docker`), or point DOCKER_HOST at a running daemon (Podman: unix://$XDG_RUNTIME_DIR/podman/podman.sock); `workcell doctor` shows what was tried")]
+    #[error("cannot reach the Docker daemon at {address}: {reason}. {UNREACHABLE_FIX}")]
     Unreachable { address: String, reason: String },
     /// An API call failed.
     #[error("docker: {what} failed: {}", api_message(source))]
@@ -42,7 +44,11 @@ pub enum DockerError {
 impl From<DockerError> for BackendError {
     fn from(e: DockerError) -> Self {
         match e {
-            DockerError::Unreachable { .. } => BackendError::Unavailable { backend: "docker", reason: e.to_string(), fix: String::new() },
+            DockerError::Unreachable { address, reason } => BackendError::Unavailable {
+                backend: "docker",
+                reason: format!("cannot reach the Docker daemon at {address}: {reason}"),
+                fix: UNREACHABLE_FIX.to_string(),
+            },
             other => BackendError::Failed(other.to_string()),
         }
     }

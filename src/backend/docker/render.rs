@@ -191,7 +191,10 @@ mod tests {
 
     #[test]
     fn hardened_defaults_network_off() {
-        insta::assert_json_snapshot!(render(&plan(false), "workcell-host:abc", &Init::Program("/usr/bin/docker-init".into())));
+        // Labels and tmpfs are hash maps: sort them so the snapshot is stable.
+        insta::with_settings!({ sort_maps => true }, {
+            insta::assert_json_snapshot!(render(&plan(false), "workcell-host:abc", &Init::Program("/usr/bin/docker-init".into())));
+        });
     }
 
     #[test]
