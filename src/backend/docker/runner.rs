@@ -101,6 +101,7 @@ async fn create_and_supervise(
     let out_task = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
         let mut stderr = tokio::io::stderr();
+        let mut filter = InitErrorFilter::new(command, tty);
         while let Some(frame) = output.next().await {
             let Ok(frame) = frame else { break };
             // Writes fail only when our own stdout/stderr went away; keep draining so the
@@ -112,14 +113,17 @@ async fn create_and_supervise(
                     r
                 }
                 LogOutput::StdErr { message } => {
-                    let text = rewrite_init_error(&message, &command, tty);
-                    let r = stderr.write_all(text.as_deref().unwrap_or(&message)).await;
+                    let text = filter.push(&message);
+                    let r = stderr.write_all(&text).await;
                     let _ = stderr.flush().await;
                     r
                 }
                 LogOutput::StdIn { .. } => Ok(()),
             };
         }
+        let rest = filter.finish();
+        let _ = stderr.write_all(&rest).await;
+        let _ = stderr.flush().await;
     });
 
     let _raw = if plan.tty && plan.interactive { RawMode::enable() } else { None };
@@ -195,6 +199,53 @@ async fn resize(docker: &Docker, name: &str) {
         if ws.ws_row > 0 && ws.ws_col > 0 {
             let _ = docker.resize_container_tty(name, ResizeContainerTTYOptions { h: i32::from(ws.ws_row), w: i32::from(ws.ws_col) }).await;
         }
+    }
+}
+
+/// Holds back the start of stderr while it could still be tini's one-line report of an
+/// unrunnable command (it may arrive in several frames), then passes everything through.
+struct InitErrorFilter {
+    command: String,
+    pending: Vec<u8>,
+    done: bool,
+}
+
+const TINI_PREFIX: &[u8] = b"[FATAL tini";
+
+impl InitErrorFilter {
+    fn new(command: String, tty: bool) -> Self {
+        InitErrorFilter { command, pending: Vec::new(), done: tty }
+    }
+
+    /// The bytes to write now for this chunk of stderr.
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.done {
+            return chunk.to_vec();
+        }
+        self.pending.extend_from_slice(chunk);
+        let n = self.pending.len().min(TINI_PREFIX.len());
+        if self.pending[..n] != TINI_PREFIX[..n] {
+            self.done = true;
+            return std::mem::take(&mut self.pending);
+        }
+        match self.pending.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                self.done = true;
+                let rest = self.pending.split_off(i + 1);
+                let line = std::mem::take(&mut self.pending);
+                let mut out = rewrite_init_error(&line, &self.command, false).unwrap_or(line);
+                out.extend_from_slice(&rest);
+                out
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Whatever is still held back at the end of the stream.
+    fn finish(&mut self) -> Vec<u8> {
+        self.done = true;
+        let line = std::mem::take(&mut self.pending);
+        rewrite_init_error(&line, &self.command, false).unwrap_or(line)
     }
 }
 
@@ -287,5 +338,21 @@ mod tests {
         let m = rewrite_init_error(b"[FATAL tini (7)] exec /in/f failed: Permission denied\n", "/in/f", false).unwrap();
         assert!(String::from_utf8(m).unwrap().contains("not executable"));
         assert!(rewrite_init_error(b"hello\n", "x", false).is_none());
+    }
+
+    #[test]
+    fn filter_joins_split_frames_and_passes_other_output() {
+        let mut f = InitErrorFilter::new("/nope".into(), false);
+        assert!(f.push(b"[FATAL tini (7)] ").is_empty());
+        let out = f.push(b"exec /nope failed: No such file or directory\nmore\n");
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("/nope: command not found") && out.ends_with("more\n"), "{out}");
+        assert_eq!(f.push(b"x"), b"x");
+        let mut g = InitErrorFilter::new("c".into(), false);
+        assert_eq!(g.push(b"[FA"), b"");
+        assert_eq!(g.push(b"ST"), b"[FAST");
+        let mut h = InitErrorFilter::new("c".into(), false);
+        assert_eq!(h.push(b"[FATAL"), b"");
+        assert_eq!(h.finish(), b"[FATAL");
     }
 }
