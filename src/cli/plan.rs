@@ -77,7 +77,12 @@ fn print_docker(d: &serde_json::Value) {
     println!("  cap_drop:     {}", list(&hc["CapDrop"]));
     println!("  security_opt: {}", list(&hc["SecurityOpt"]));
     println!("  read-only /:  {}", hc["ReadonlyRootfs"]);
-    println!("  init:         {}", hc["Init"]);
+    let init = match (hc["Init"].as_bool(), d["create"]["Entrypoint"][0].as_str()) {
+        (Some(true), _) => "docker-init (HostConfig.Init)".to_string(),
+        (_, Some(p)) => format!("{p} (the host's tini, as entrypoint)"),
+        _ => "none (the command is PID 1)".to_string(),
+    };
+    println!("  init:         {init}");
     println!("  limits:       memory={} memory_swap={} nano_cpus={} pids={}", hc["Memory"], hc["MemorySwap"], hc["NanoCpus"], hc["PidsLimit"]);
     if let Some(t) = hc["Tmpfs"].as_object() {
         for (k, v) in t {
