@@ -2,6 +2,8 @@
 
 mod audit;
 mod check;
+mod doctor;
+mod gc;
 mod init;
 mod mcp;
 mod plan;
@@ -75,6 +77,10 @@ pub enum Command {
     Audit(audit::AuditArgs),
     /// Print the JSON Schema of workcell.yaml and of worker files.
     Schema,
+    /// Say which isolation backends work here, and what to fix when they do not.
+    Doctor(doctor::DoctorArgs),
+    /// Remove containers and images that interrupted runs left behind.
+    Gc(gc::GcArgs),
 }
 
 /// How requests that need a person's yes are answered.
@@ -129,6 +135,8 @@ pub fn main() -> i32 {
         Command::Run(a) => run::run(&cli, a),
         Command::Mcp(a) => mcp::run(&cli, a),
         Command::Audit(a) => audit::run(&cli, a),
+        Command::Doctor(a) => doctor::run(a),
+        Command::Gc(a) => gc::run(a),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)

@@ -1,0 +1,150 @@
+//! Docker backend: one hardened container per run, through the Engine API (bollard).
+//!
+//! [`render`] turns a plan into the create body (pure, snapshot-tested); [`image`] makes
+//! sure the image exists locally (never pulling); the runner creates, attaches, starts,
+//! waits for and always removes the container; [`maintenance`] holds `doctor` and `gc`.
+
+pub mod image;
+pub mod maintenance;
+pub mod render;
+mod runner;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bollard::Docker;
+
+use super::BackendError;
+use crate::plan::LaunchPlan;
+
+pub use render::{render, DockerSettings};
+
+/// How long `probe` waits for a daemon that accepted the connection but does not answer.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+const UNREACHABLE_FIX: &str = "Start it (e.g. `systemctl start docker`), or point DOCKER_HOST at a running daemon (Podman: unix://$XDG_RUNTIME_DIR/podman/podman.sock); `workcell doctor` shows what was tried";
+
+/// What went wrong talking to Docker. Every message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    /// No daemon at the address tried.
+    #[error("cannot reach the Docker daemon at {address}: {reason}. {UNREACHABLE_FIX}")]
+    Unreachable { address: String, reason: String },
+    /// An API call failed.
+    #[error("docker: {what} failed: {}", api_message(source))]
+    Api { what: String, source: bollard::errors::Error },
+    /// The image is missing or could not be built.
+    #[error("{0}")]
+    Image(String),
+    /// Local I/O (terminal, signals, runtime).
+    #[error("{0}")]
+    Local(String),
+}
+
+impl From<DockerError> for BackendError {
+    fn from(e: DockerError) -> Self {
+        match e {
+            DockerError::Unreachable { address, reason } => BackendError::Unavailable {
+                backend: "docker",
+                reason: format!("cannot reach the Docker daemon at {address}: {reason}"),
+                fix: UNREACHABLE_FIX.to_string(),
+            },
+            other => BackendError::Failed(other.to_string()),
+        }
+    }
+}
+
+/// The daemon's own message for an API error, without bollard's wrapping.
+pub(crate) fn api_message(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { status_code, message } => format!("{message} (HTTP {status_code})"),
+        other => other.to_string(),
+    }
+}
+
+/// Where workcell looks for a daemon, in order: `DOCKER_HOST` if set, else the first
+/// existing socket among Docker's system socket, rootless Docker's, and Podman's.
+pub fn candidate_sockets() -> Vec<PathBuf> {
+    let mut out = vec![PathBuf::from("/var/run/docker.sock")];
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", rustix::process::getuid().as_raw())));
+    out.push(runtime.join("docker.sock"));
+    out.push(runtime.join("podman/podman.sock"));
+    out.push(PathBuf::from("/run/podman/podman.sock"));
+    out
+}
+
+/// The address [`connect`] uses and a client for it (no traffic yet).
+pub fn client() -> Result<(String, Docker), DockerError> {
+    let unreachable = |address: &str, e: bollard::errors::Error| DockerError::Unreachable { address: address.to_string(), reason: e.to_string() };
+    if let Ok(host) = std::env::var("DOCKER_HOST") {
+        if !host.is_empty() {
+            // connect_with_defaults understands unix://, tcp://, http:// and npipe://.
+            return Docker::connect_with_defaults().map(|d| (host.clone(), d)).map_err(|e| unreachable(&host, e));
+        }
+    }
+    let socket = candidate_sockets().into_iter().find(|p| p.exists());
+    match socket {
+        None => Docker::connect_with_local_defaults().map(|d| ("unix:///var/run/docker.sock".to_string(), d)).map_err(|e| unreachable("unix:///var/run/docker.sock", e)),
+        Some(p) => {
+            let addr = format!("unix://{}", p.display());
+            Docker::connect_with_unix(&addr, 120, bollard::API_DEFAULT_VERSION).map(|d| (addr.clone(), d)).map_err(|e| unreachable(&addr, e))
+        }
+    }
+}
+
+/// Connects and negotiates the API version down to what the daemon speaks (20.10 speaks
+/// 1.41, older than bollard's default), failing within [`PROBE_TIMEOUT`] when nothing answers.
+pub async fn connect() -> Result<Docker, DockerError> {
+    let (address, docker) = client()?;
+    match tokio::time::timeout(PROBE_TIMEOUT, docker.negotiate_version()).await {
+        Ok(Ok(d)) => Ok(d),
+        Ok(Err(e)) => Err(DockerError::Unreachable { address, reason: e.to_string() }),
+        Err(_) => Err(DockerError::Unreachable { address, reason: format!("no answer within {}s", PROBE_TIMEOUT.as_secs()) }),
+    }
+}
+
+/// A single-threaded runtime: a run is a handful of sequential API calls plus output
+/// copying; one thread keeps start-up cheap.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, DockerError> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| DockerError::Local(format!("cannot start the async runtime: {e}")))
+}
+
+/// Whether the Docker daemon answers; `Ok` holds its version and API version, `Err` says
+/// why not and how to fix it. Fast when no daemon exists (a missing socket fails at once;
+/// a silent one after two seconds).
+pub fn probe() -> Result<String, BackendError> {
+    let rt = runtime()?;
+    let r = rt.block_on(async {
+        let (address, docker) = client()?;
+        match tokio::time::timeout(PROBE_TIMEOUT, docker.version()).await {
+            Ok(Ok(v)) => Ok(format!("Docker {} (API {})", v.version.unwrap_or_default(), v.api_version.unwrap_or_default())),
+            Ok(Err(e)) => Err(DockerError::Unreachable { address, reason: e.to_string() }),
+            Err(_) => Err(DockerError::Unreachable { address, reason: format!("no answer within {}s", PROBE_TIMEOUT.as_secs()) }),
+        }
+    });
+    rt.shutdown_background();
+    Ok(r?)
+}
+
+/// Runs the plan in a container; returns the worker's exit status (124 on timeout,
+/// 130/143/129 when workcell is interrupted, 126/127 when the command cannot be run).
+/// The container is removed on every path that workcell survives.
+pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+    let rt = runtime()?;
+    let r = rt.block_on(runner::run(plan));
+    // Do not wait for the blocking thread that may still sit in a read of our stdin.
+    rt.shutdown_background();
+    Ok(r?)
+}
+
+/// Runs the plan in a container with stdout and stderr captured (the shell tool, child
+/// workers). The container is removed on every path, as with [`run`].
+pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
+    let buf = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
+    let rt = runtime()?;
+    let r = rt.block_on(runner::run_with(plan, runner::Sink::Capture(buf.clone())));
+    rt.shutdown_background();
+    let code = r?;
+    let (stdout, stderr) = buf.lock().map(|b| b.clone()).unwrap_or_default();
+    Ok(super::Captured { exit_code: code, stdout, stderr, timed_out: code == super::EXIT_TIMEOUT && plan.timeout().is_some() })
+}

@@ -1,0 +1,229 @@
+//! The pure half of the Docker backend: a [`LaunchPlan`] rendered as the Engine API's
+//! container-create body. No I/O here, so the whole hardening policy is snapshot-tested
+//! without a daemon.
+
+use std::collections::HashMap;
+
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountType};
+use serde::Serialize;
+
+use crate::plan::LaunchPlan;
+
+/// Hostname every worker sees: the container id (Docker's default) would only leak noise.
+pub const WORKER_HOSTNAME: &str = "workcell";
+
+/// The Docker settings of one run: the image reference and the create body sent to
+/// `POST /containers/create`. Printed by `workcell plan` under the `docker` key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DockerSettings {
+    /// Container name (`workcell-<run id>`), so `docker ps` shows whose container it is.
+    pub name: String,
+    /// The body of the create call.
+    pub create: ContainerCreateBody,
+}
+
+/// Container name of a run.
+pub fn container_name(plan: &LaunchPlan) -> String {
+    format!("workcell-{}", plan.run_id)
+}
+
+/// The process that runs as PID 1 and starts the command: it reaps zombies, forwards
+/// signals, and reports an unrunnable command as 126/127.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    /// Docker's own (`HostConfig.Init`), bound by the daemon at `/sbin/docker-init`.
+    Docker,
+    /// A host init program (tini) reachable through the system binds, used as entrypoint.
+    /// Needed for `image: host`: with a merged `/usr`, the image's `/sbin` is a symlink into
+    /// the read-only `/usr` bind, where Docker cannot place its init.
+    Program(String),
+    /// No init: the command itself is PID 1.
+    None,
+}
+
+/// Where hosts keep tini, Docker's init: Debian/Ubuntu's docker.io, Docker's packages, tini.
+const HOST_INIT_CANDIDATES: &[&str] =
+    &["/usr/bin/docker-init", "/usr/libexec/docker/docker-init", "/usr/local/bin/docker-init", "/usr/bin/tini-static", "/usr/bin/tini", "/usr/sbin/docker-init"];
+
+/// The init for `plan`: Docker's for named and built images; for `image: host`, a host tini
+/// inside a system bind when there is one, else none. Reads the host file system.
+pub fn choose_init(plan: &LaunchPlan) -> Init {
+    if plan.image != crate::config::ImageRef::Host {
+        return Init::Docker;
+    }
+    let bound = |p: &str| {
+        plan.system.iter().any(|e| matches!(e, crate::plan::SystemEntry::Bind { path } if std::path::Path::new(p).starts_with(path)))
+    };
+    HOST_INIT_CANDIDATES
+        .iter()
+        .find(|c| bound(c) && std::fs::metadata(c).map(|m| m.is_file()).unwrap_or(false))
+        .map(|c| Init::Program(c.to_string()))
+        .unwrap_or(Init::None)
+}
+
+/// Renders `plan` for Docker, with `image` the resolved local image reference (for
+/// `image: host`, the content-addressed base image tag; see [`super::image`]) and `init`
+/// from [`choose_init`].
+///
+/// Hardening is not optional here: every run drops all capabilities, sets
+/// `no-new-privileges`, has a read-only root, a private `/tmp`, process/memory limits and
+/// an init process, and has no network unless the plan allows it.
+pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
+    let mut mounts = Vec::new();
+    for entry in &plan.system {
+        // Symlinks live in the base image itself; only binds are mounts.
+        if let crate::plan::SystemEntry::Bind { path } = entry {
+            mounts.push(bind(path, path, true));
+        }
+    }
+    for m in &plan.mounts {
+        mounts.push(bind(&m.source.to_string_lossy(), &m.target, m.read_only));
+    }
+
+    let tmpfs: HashMap<String, String> = plan
+        .tmpfs
+        .iter()
+        // mode=1777: every uid may create files, as on a normal /tmp; nosuid/nodev because
+        // nothing in a scratch area needs set-id binaries or device nodes.
+        .map(|t| (t.target.clone(), format!("rw,nosuid,nodev,size={},mode=1777", t.size_bytes)))
+        .collect();
+
+    let memory = plan.limits.memory_bytes.and_then(|m| i64::try_from(m).ok());
+    let host_config = HostConfig {
+        mounts: Some(mounts),
+        tmpfs: Some(tmpfs),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        readonly_rootfs: Some(true),
+        init: Some(*init == Init::Docker),
+        network_mode: Some(if plan.network { "bridge" } else { "none" }.into()),
+        pids_limit: plan.limits.pids,
+        memory,
+        // Swap equal to memory means "no swap on top": the limit is the limit.
+        memory_swap: memory,
+        nano_cpus: plan.limits.cpus.map(|c| (c * 1e9).round() as i64),
+        privileged: Some(false),
+        ..Default::default()
+    };
+
+    let mut env: Vec<String> = plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    env.sort();
+    let create = ContainerCreateBody {
+        image: Some(image.to_string()),
+        cmd: Some(plan.command.clone()),
+        entrypoint: match init {
+            Init::Program(p) => Some(vec![p.clone(), "--".into()]),
+            _ => None,
+        },
+        env: Some(env),
+        user: Some(format!("{}:{}", plan.user.uid, plan.user.gid)),
+        working_dir: Some(plan.workdir.clone()),
+        hostname: Some(WORKER_HOSTNAME.into()),
+        labels: Some(plan.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+        tty: Some(plan.tty),
+        attach_stdin: Some(plan.interactive),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(plan.interactive),
+        // The container's stdin closes when workcell's does, as with `docker run -i`.
+        stdin_once: Some(plan.interactive),
+        network_disabled: Some(!plan.network),
+        host_config: Some(host_config),
+        ..Default::default()
+    };
+    DockerSettings { name: container_name(plan), create }
+}
+
+fn bind(source: &str, target: &str, read_only: bool) -> Mount {
+    Mount {
+        typ: Some(MountType::BIND),
+        source: Some(source.to_string()),
+        target: Some(target.to_string()),
+        read_only: Some(read_only),
+        // rprivate: mounts made later on the host under a zone do not appear inside.
+        bind_options: Some(MountBindOptions { propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::config::{ImageRef, Limits};
+    use crate::plan::{PlanMount, SystemEntry, TmpfsMount, UserSpec};
+
+    fn plan(network: bool) -> LaunchPlan {
+        let mut env = BTreeMap::new();
+        env.insert("PATH".into(), crate::plan::WORKER_PATH.into());
+        env.insert("WORKCELL_ZONES".into(), "/in:ro,/out:rw".into());
+        let mut labels = BTreeMap::new();
+        labels.insert(crate::plan::LABEL_MANAGED.into(), "true".into());
+        labels.insert(crate::plan::LABEL_RUN.into(), "0123456789abcdef".into());
+        LaunchPlan {
+            run_id: "0123456789abcdef".into(),
+            worker: Some("w".into()),
+            image: ImageRef::Host,
+            system: vec![
+                SystemEntry::Bind { path: "/usr".into() },
+                SystemEntry::Symlink { path: "/bin".into(), target: "usr/bin".into() },
+                SystemEntry::Bind { path: "/etc/ssl".into() },
+            ],
+            mounts: vec![
+                PlanMount { source: PathBuf::from("/home/u/p/in"), target: "/in".into(), read_only: true },
+                PlanMount { source: PathBuf::from("/home/u/p/out"), target: "/out".into(), read_only: false },
+            ],
+            tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
+            network,
+            env,
+            user: UserSpec { uid: 1000, gid: 1000 },
+            workdir: "/out".into(),
+            command: vec!["sh".into(), "-c".into(), "ls /in".into()],
+            limits: Limits { timeout: None, memory_bytes: Some(64 << 20), cpus: Some(1.5), pids: Some(64) },
+            labels,
+            interactive: false,
+            tty: false,
+        }
+    }
+
+    #[test]
+    fn hardened_defaults_network_off() {
+        // Labels and tmpfs are hash maps: sort them so the snapshot is stable.
+        insta::with_settings!({ sort_maps => true }, {
+            insta::assert_json_snapshot!(render(&plan(false), "workcell-host:abc", &Init::Program("/usr/bin/docker-init".into())));
+        });
+    }
+
+    #[test]
+    fn network_on_uses_bridge() {
+        let s = render(&plan(true), "img", &Init::Docker);
+        let hc = s.create.host_config.unwrap_or_default();
+        assert_eq!(hc.network_mode.as_deref(), Some("bridge"));
+        assert_eq!(s.create.network_disabled, Some(false));
+    }
+
+    #[test]
+    fn interactive_tty_attach_stdin() {
+        let mut p = plan(false);
+        p.interactive = true;
+        p.tty = true;
+        let s = render(&p, "img", &Init::Docker);
+        assert_eq!(s.create.open_stdin, Some(true));
+        assert_eq!(s.create.stdin_once, Some(true));
+        assert_eq!(s.create.tty, Some(true));
+    }
+
+    #[test]
+    fn no_limits_means_unset() {
+        let mut p = plan(false);
+        p.limits = Limits::default();
+        let hc = render(&p, "img", &Init::Docker).create.host_config.unwrap_or_default();
+        assert_eq!(hc.memory, None);
+        assert_eq!(hc.memory_swap, None);
+        assert_eq!(hc.nano_cpus, None);
+        assert_eq!(hc.pids_limit, None);
+    }
+}

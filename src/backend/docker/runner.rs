@@ -1,0 +1,392 @@
+//! The side-effecting half of the Docker backend: create → attach → start → wait →
+//! remove, with signals and the timeout racing the run so the container is removed on
+//! every path workcell survives.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use bollard::container::LogOutput;
+use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions, RemoveContainerOptions, ResizeContainerTTYOptions, WaitContainerOptions};
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::{image, render, DockerError};
+use crate::backend::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+use crate::plan::LaunchPlan;
+
+/// Label holding the pid of the workcell process that owns a container; `workcell gc`
+/// treats running containers whose owner is gone as orphans.
+pub const LABEL_PID: &str = "dev.workcell.pid";
+
+/// How a supervised run ended, before cleanup.
+enum Ended {
+    Exited(i32),
+    TimedOut,
+    Signalled(i32, &'static str),
+}
+
+/// Where a run's output goes: workcell's own stdout/stderr, or buffers (the shell tool and
+/// child workers, whose output returns to the caller).
+#[derive(Clone, Default)]
+pub enum Sink {
+    #[default]
+    Inherit,
+    Capture(std::sync::Arc<std::sync::Mutex<(Vec<u8>, Vec<u8>)>>),
+}
+
+pub async fn run(plan: &LaunchPlan) -> Result<i32, DockerError> {
+    run_with(plan, Sink::Inherit).await
+}
+
+/// [`run`] with the output sent to `sink`.
+pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError> {
+    // Signal handlers first: a Ctrl-C at any point after this still removes the container.
+    let sig = |k: SignalKind| signal(k).map_err(|e| DockerError::Local(format!("cannot install a signal handler: {e}")));
+    let mut sigint = sig(SignalKind::interrupt())?;
+    let mut sigterm = sig(SignalKind::terminate())?;
+    let mut sighup = sig(SignalKind::hangup())?;
+
+    let docker = super::connect().await?;
+    let image = tokio::select! {
+        r = image::ensure(&docker, plan) => r?,
+        _ = sigint.recv() => return Ok(130),
+        _ = sigterm.recv() => return Ok(143),
+        _ = sighup.recv() => return Ok(129),
+    };
+    let mut settings = render::render(plan, &image, &render::choose_init(plan));
+    if let Some(labels) = settings.create.labels.as_mut() {
+        labels.insert(LABEL_PID.into(), std::process::id().to_string());
+    }
+    let name = settings.name.clone();
+    let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
+    // Creating is raced with the signals too; if a signal wins, the container may exist
+    // already, so cleanup below runs on every path from here on.
+    let ended = tokio::select! {
+        r = create_and_supervise(&docker, plan, &name, options, settings, sink) => r,
+        _ = sigint.recv() => Ok(Ended::Signalled(130, "SIGINT")),
+        _ = sigterm.recv() => Ok(Ended::Signalled(143, "SIGTERM")),
+        _ = sighup.recv() => Ok(Ended::Signalled(129, "SIGHUP")),
+    };
+    remove(&docker, &name).await;
+    match ended? {
+        Ended::Exited(code) => Ok(code),
+        Ended::TimedOut => {
+            let t = plan.timeout().map(|d| humantime::format_duration(d).to_string()).unwrap_or_default();
+            eprintln!("workcell: the worker ran longer than its timeout ({t}) and was stopped; raise it with --timeout or `limits: {{timeout: ...}}`");
+            Ok(EXIT_TIMEOUT)
+        }
+        Ended::Signalled(code, name) => {
+            eprintln!("workcell: interrupted by {name}; the container was removed");
+            Ok(code)
+        }
+    }
+}
+
+/// Force-removes the container (killing it if it still runs). Errors are reported, not
+/// returned: the run's outcome matters more, and `workcell gc` can finish the job.
+async fn remove(docker: &Docker, name: &str) {
+    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    match docker.remove_container(name, Some(opts)).await {
+        Ok(()) => {}
+        // 404: never created, or already gone; 409: removal already in progress.
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => {}
+        Err(e) => eprintln!("workcell: could not remove container {name}: {}; run `workcell gc` to clean up", super::api_message(&e)),
+    }
+}
+
+async fn create_and_supervise(
+    docker: &Docker,
+    plan: &LaunchPlan,
+    name: &str,
+    options: CreateContainerOptions,
+    settings: render::DockerSettings,
+    sink: Sink,
+) -> Result<Ended, DockerError> {
+    docker.create_container(Some(options), settings.create).await.map_err(|e| create_error(plan, e))?;
+
+    // Attach before start so no output is lost.
+    let attach = AttachContainerOptions { stream: true, stdin: plan.interactive, stdout: true, stderr: true, ..Default::default() };
+    let attached = docker.attach_container(name, Some(attach)).await.map_err(|e| DockerError::Api { what: format!("attach to container {name}"), source: e })?;
+    let mut output = attached.output;
+    let mut input = attached.input;
+    let command = plan.command.first().cloned().unwrap_or_default();
+    let tty = plan.tty;
+    let out_task = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        let mut stderr = tokio::io::stderr();
+        let mut filter = InitErrorFilter::new(command, tty);
+        while let Some(frame) = output.next().await {
+            let Ok(frame) = frame else { break };
+            if let Sink::Capture(buf) = &sink {
+                if let Ok(mut b) = buf.lock() {
+                    match frame {
+                        LogOutput::StdOut { message } | LogOutput::Console { message } => b.0.extend_from_slice(&message),
+                        LogOutput::StdErr { message } => {
+                            let text = filter.push(&message);
+                            b.1.extend_from_slice(&text);
+                        }
+                        LogOutput::StdIn { .. } => {}
+                    }
+                }
+                continue;
+            }
+            // Writes fail only when our own stdout/stderr went away; keep draining so the
+            // container is not blocked on a full pipe.
+            let _ = match frame {
+                LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                    let r = stdout.write_all(&message).await;
+                    let _ = stdout.flush().await;
+                    r
+                }
+                LogOutput::StdErr { message } => {
+                    let text = filter.push(&message);
+                    let r = stderr.write_all(&text).await;
+                    let _ = stderr.flush().await;
+                    r
+                }
+                LogOutput::StdIn { .. } => Ok(()),
+            };
+        }
+        let rest = filter.finish();
+        if let Sink::Capture(buf) = &sink {
+            if let Ok(mut b) = buf.lock() {
+                b.1.extend_from_slice(&rest);
+            }
+            return;
+        }
+        let _ = stderr.write_all(&rest).await;
+        let _ = stderr.flush().await;
+    });
+
+    let _raw = if plan.tty && plan.interactive { RawMode::enable() } else { None };
+    let in_task = plan.interactive.then(|| {
+        tokio::spawn(async move {
+            let mut stdin = tokio::io::stdin();
+            let mut buf = vec![0u8; 8192];
+            loop {
+                match stdin.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if input.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        let _ = input.flush().await;
+                    }
+                }
+            }
+            // Closing our half makes the container see end-of-input (stdin_once).
+            let _ = input.shutdown().await;
+        })
+    });
+
+    if let Err(e) = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await {
+        out_task.abort();
+        if let Some(t) = in_task {
+            t.abort();
+        }
+        return start_error(plan, e);
+    }
+
+    let mut winch = if plan.tty { signal(SignalKind::window_change()).ok() } else { None };
+    if plan.tty {
+        resize(docker, name).await;
+    }
+
+    let wait = async {
+        let mut s = docker.wait_container(name, None::<WaitContainerOptions>);
+        loop {
+            tokio::select! {
+                item = s.next() => return match item {
+                    Some(Ok(r)) => Ok(i32::try_from(r.status_code).unwrap_or(1)),
+                    // bollard reports a non-zero exit as an error carrying the code.
+                    Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => Ok(i32::try_from(code).unwrap_or(1)),
+                    Some(Err(e)) => Err(DockerError::Api { what: format!("wait for container {name}"), source: e }),
+                    None => Err(DockerError::Local(format!("the daemon stopped reporting on container {name}"))),
+                },
+                Some(()) = async { match winch.as_mut() { Some(w) => w.recv().await, None => std::future::pending().await } } => resize(docker, name).await,
+            }
+        }
+    };
+    let code = match plan.timeout() {
+        Some(t) => match tokio::time::timeout(t, wait).await {
+            Ok(r) => r?,
+            Err(_) => {
+                out_task.abort();
+                return Ok(Ended::TimedOut);
+            }
+        },
+        None => wait.await?,
+    };
+    // The attach stream ends when the container exits; give the last bytes a moment.
+    let _ = tokio::time::timeout(Duration::from_secs(2), out_task).await;
+    if let Some(t) = in_task {
+        t.abort();
+    }
+    Ok(Ended::Exited(code))
+}
+
+/// Tells the container the terminal's size, so full-screen programs draw correctly.
+async fn resize(docker: &Docker, name: &str) {
+    if let Ok(ws) = rustix::termios::tcgetwinsize(std::io::stdout()) {
+        if ws.ws_row > 0 && ws.ws_col > 0 {
+            let _ = docker.resize_container_tty(name, ResizeContainerTTYOptions { h: i32::from(ws.ws_row), w: i32::from(ws.ws_col) }).await;
+        }
+    }
+}
+
+/// Holds back the start of stderr while it could still be tini's one-line report of an
+/// unrunnable command (it may arrive in several frames), then passes everything through.
+struct InitErrorFilter {
+    command: String,
+    pending: Vec<u8>,
+    done: bool,
+}
+
+const TINI_PREFIX: &[u8] = b"[FATAL tini";
+
+impl InitErrorFilter {
+    fn new(command: String, tty: bool) -> Self {
+        InitErrorFilter { command, pending: Vec::new(), done: tty }
+    }
+
+    /// The bytes to write now for this chunk of stderr.
+    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        if self.done {
+            return chunk.to_vec();
+        }
+        self.pending.extend_from_slice(chunk);
+        let n = self.pending.len().min(TINI_PREFIX.len());
+        if self.pending[..n] != TINI_PREFIX[..n] {
+            self.done = true;
+            return std::mem::take(&mut self.pending);
+        }
+        match self.pending.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                self.done = true;
+                let rest = self.pending.split_off(i + 1);
+                let line = std::mem::take(&mut self.pending);
+                let mut out = rewrite_init_error(&line, &self.command, false).unwrap_or(line);
+                out.extend_from_slice(&rest);
+                out
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Whatever is still held back at the end of the stream.
+    fn finish(&mut self) -> Vec<u8> {
+        self.done = true;
+        let line = std::mem::take(&mut self.pending);
+        rewrite_init_error(&line, &self.command, false).unwrap_or(line)
+    }
+}
+
+/// docker-init (tini) reports an unrunnable command as
+/// `[FATAL tini (7)] exec CMD failed: No such file or directory` and exits 127 (126 for
+/// permission denied). Replace that line with a message that says what to do.
+fn rewrite_init_error(message: &[u8], command: &str, tty: bool) -> Option<Vec<u8>> {
+    if tty {
+        return None;
+    }
+    let text = std::str::from_utf8(message).ok()?;
+    if !text.starts_with("[FATAL tini") || !text.contains(" exec ") {
+        return None;
+    }
+    let reason = text.rsplit_once(" failed: ").map(|(_, r)| r.trim()).unwrap_or("");
+    let msg = if reason.contains("No such file") {
+        format!("workcell: {command}: command not found inside the worker (exit {EXIT_NOT_FOUND}); it must be on the worker's PATH or in a mounted zone or system directory\n")
+    } else if reason.contains("Permission denied") {
+        format!("workcell: {command}: not executable inside the worker (exit {EXIT_NOT_EXECUTABLE}); check its mode (chmod +x) and that it is a program, not a directory\n")
+    } else {
+        format!("workcell: {command}: cannot be executed inside the worker: {reason}\n")
+    };
+    Some(msg.into_bytes())
+}
+
+fn create_error(plan: &LaunchPlan, e: bollard::errors::Error) -> DockerError {
+    let msg = super::api_message(&e);
+    if msg.contains("bind source path does not exist") || msg.contains("invalid mount config") {
+        let zones: Vec<String> = plan.mounts.iter().map(|m| format!("{} <- {}", m.target, m.source.display())).collect();
+        return DockerError::Local(format!(
+            "docker cannot mount a zone: {msg}. The daemon must see the same paths as workcell (zones: {}); with a remote or VM-based daemon, share these directories with it",
+            zones.join(", ")
+        ));
+    }
+    DockerError::Api { what: "create the container".into(), source: e }
+}
+
+/// Maps a start failure to 126/127 when the OCI runtime could not execute the command
+/// (possible when the image's own init runs it directly), else to an error.
+fn start_error(plan: &LaunchPlan, e: bollard::errors::Error) -> Result<Ended, DockerError> {
+    let msg = super::api_message(&e);
+    let command = plan.command.first().cloned().unwrap_or_default();
+    let lower = msg.to_ascii_lowercase();
+    if lower.contains("executable file not found") || (lower.contains("exec:") && lower.contains("no such file or directory")) {
+        eprintln!("workcell: {command}: command not found inside the worker (exit {EXIT_NOT_FOUND}); it must be on the worker's PATH or in a mounted zone or system directory");
+        return Ok(Ended::Exited(EXIT_NOT_FOUND));
+    }
+    if lower.contains("exec:") && lower.contains("permission denied") {
+        eprintln!("workcell: {command}: not executable inside the worker (exit {EXIT_NOT_EXECUTABLE}); check its mode (chmod +x)");
+        return Ok(Ended::Exited(EXIT_NOT_EXECUTABLE));
+    }
+    Err(DockerError::Api { what: "start the container".into(), source: e })
+}
+
+/// The terminal in raw mode for `-it`, restored on drop, so keys (Ctrl-C included) go to
+/// the worker as with `docker run -it`.
+struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl RawMode {
+    fn enable() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return None;
+        }
+        let saved = rustix::termios::tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Now, &raw).ok()?;
+        Some(RawMode { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(std::io::stdin(), rustix::termios::OptionalActions::Now, &self.saved);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tini_errors_are_rewritten() {
+        let m = rewrite_init_error(b"[FATAL tini (7)] exec /nonexistent failed: No such file or directory\n", "/nonexistent", false).unwrap();
+        let m = String::from_utf8(m).unwrap();
+        assert!(m.contains("/nonexistent: command not found"), "{m}");
+        let m = rewrite_init_error(b"[FATAL tini (7)] exec /in/f failed: Permission denied\n", "/in/f", false).unwrap();
+        assert!(String::from_utf8(m).unwrap().contains("not executable"));
+        assert!(rewrite_init_error(b"hello\n", "x", false).is_none());
+    }
+
+    #[test]
+    fn filter_joins_split_frames_and_passes_other_output() {
+        let mut f = InitErrorFilter::new("/nope".into(), false);
+        assert!(f.push(b"[FATAL tini (7)] ").is_empty());
+        let out = f.push(b"exec /nope failed: No such file or directory\nmore\n");
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("/nope: command not found") && out.ends_with("more\n"), "{out}");
+        assert_eq!(f.push(b"x"), b"x");
+        let mut g = InitErrorFilter::new("c".into(), false);
+        assert_eq!(g.push(b"[FA"), b"");
+        assert_eq!(g.push(b"ST"), b"[FAST");
+        let mut h = InitErrorFilter::new("c".into(), false);
+        assert_eq!(h.push(b"[FATAL"), b"");
+        assert_eq!(h.finish(), b"[FATAL");
+    }
+}

@@ -1,0 +1,63 @@
+//! `workcell doctor`: which backends work here, and what to fix when they do not.
+
+use clap::Args;
+
+use super::CliError;
+use crate::backend::docker::maintenance::{diagnose, DockerDiagnosis};
+
+/// Arguments of `workcell doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the findings; exit status 0 when at least one isolation backend works, else 1.
+pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
+    let docker = diagnose();
+    let bwrap = crate::backend::bwrap::probe();
+    let ok = docker.error.is_none() || bwrap.is_ok();
+    if args.json {
+        let v = serde_json::json!({
+            "docker": docker,
+            "bwrap": match &bwrap { Ok(p) => serde_json::json!({"ok": true, "path": p}), Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}) },
+            "ok": ok,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(if ok { 0 } else { 1 });
+    }
+    print_docker(&docker);
+    match &bwrap {
+        Ok(p) => println!("bwrap:   ok ({})", p.display()),
+        Err(e) => println!("bwrap:   unavailable: {e}"),
+    }
+    if !ok {
+        println!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
+    }
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn print_docker(d: &DockerDiagnosis) {
+    match &d.error {
+        None => println!(
+            "docker:  ok: Engine {} (daemon API {}, workcell speaks {}) at {}",
+            d.version.as_deref().unwrap_or("?"),
+            d.api_version.as_deref().unwrap_or("?"),
+            d.negotiated_api.as_deref().unwrap_or("?"),
+            d.address.as_deref().unwrap_or("?")
+        ),
+        Some(e) => println!("docker:  unavailable: {e}"),
+    }
+    println!("  DOCKER_HOST: {}", d.docker_host.as_deref().unwrap_or("(not set)"));
+    println!("  sockets tried{}:", if d.docker_host.is_some() { " (only when DOCKER_HOST is unset)" } else { "" });
+    for s in &d.sockets {
+        println!("    {} {}", s.path.display(), if s.exists { "exists" } else { "absent" });
+    }
+    if let Some((tag, built)) = &d.host_image {
+        println!("  host base image: {tag} ({})", if *built { "built" } else { "not built yet; the first run builds it locally" });
+    }
+    if d.error.is_some() && d.docker_host.is_none() && !d.sockets.iter().any(|s| s.exists) {
+        println!("  fix: no Docker or Podman socket exists; install Docker (https://docs.docker.com/engine/install/) or start Podman's socket (systemctl --user start podman.socket) and set DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock");
+    }
+}

@@ -1,0 +1,42 @@
+//! `workcell gc`: remove containers and images that interrupted runs left behind.
+
+use clap::Args;
+
+use super::CliError;
+use crate::backend::docker::maintenance::gc;
+
+/// Arguments of `workcell gc`.
+#[derive(Debug, Args)]
+pub struct GcArgs {
+    /// Also remove the cached host base image and every image built from `build:` folders.
+    #[arg(long)]
+    pub all: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Removes leftovers labelled `dev.workcell.managed=true` and prints what went.
+pub fn run(args: &GcArgs) -> Result<i32, CliError> {
+    let report = gc(args.all).map_err(|e| CliError::Failed(e.to_string()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        for c in &report.containers {
+            println!("removed container {c}");
+        }
+        for i in &report.images {
+            println!("removed image {i}");
+        }
+        for k in &report.kept {
+            println!("kept container {k}: a running workcell owns it");
+        }
+        for e in &report.errors {
+            eprintln!("workcell: could not remove {e}");
+        }
+        if report.containers.is_empty() && report.images.is_empty() && report.errors.is_empty() {
+            println!("nothing to remove");
+        }
+    }
+    Ok(if report.errors.is_empty() { 0 } else { 1 })
+}

@@ -1,0 +1,178 @@
+//! Helpers shared by the integration tests: the Docker gate, projects in temp dirs,
+//! and label-based container checks.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+
+/// Whether Docker tests can run. Without a daemon: skip (a note on stderr) — unless
+/// `WORKCELL_REQUIRE_DOCKER=1`, where a missing daemon fails the test.
+pub fn docker_or_skip(test: &str) -> bool {
+    match workcell::backend::docker::probe() {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var("WORKCELL_REQUIRE_DOCKER").as_deref() == Ok("1") {
+                panic!("WORKCELL_REQUIRE_DOCKER=1 but Docker is unreachable: {e}");
+            }
+            eprintln!("skipping {test}: Docker is unreachable ({e})");
+            false
+        }
+    }
+}
+
+/// A project directory (`proj/`) with zones `in/` (holding `a.txt`) and `out/`, plus a
+/// sibling directory `secret/` that is never a zone.
+pub struct Proj {
+    pub tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+}
+
+impl Proj {
+    pub fn new() -> Proj {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(tmp.path()).expect("canonical tempdir");
+        let dir = root.join("proj");
+        for d in ["proj/in", "proj/out", "secret"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(dir.join("in/a.txt"), "hello from in\n").expect("write");
+        std::fs::write(root.join("secret/s.txt"), "secret\n").expect("write");
+        Proj { tmp, dir }
+    }
+
+    pub fn secret(&self) -> PathBuf {
+        self.dir.parent().expect("parent").join("secret")
+    }
+
+    /// `workcell` in the project directory, no config file.
+    pub fn workcell(&self) -> Command {
+        let mut c = Command::cargo_bin("workcell").expect("workcell binary");
+        c.current_dir(&self.dir).env_remove("RUST_LOG").timeout(Duration::from_secs(120));
+        c
+    }
+
+    /// `workcell run --backend docker --zone in=in:ro --zone out=out:rw <extra> -- <cmd>`.
+    pub fn run(&self, extra: &[&str], cmd: &[&str]) -> Command {
+        let mut c = self.workcell();
+        c.args(["run", "--backend", "docker", "--zone", "in=in:ro", "--zone", "out=out:rw"]).args(extra).arg("--").args(cmd);
+        c
+    }
+
+    /// Containers labelled with this project (every run made here carries
+    /// `dev.workcell.project=<dir>`).
+    pub fn containers(&self) -> Vec<String> {
+        containers_with_label(&format!("dev.workcell.project={}", self.dir.display()))
+    }
+
+    pub fn assert_no_containers(&self) {
+        let left = self.containers();
+        assert!(left.is_empty(), "containers left behind: {left:?}");
+    }
+}
+
+/// Ids of all containers (any state) carrying `label` (`k=v`).
+pub fn containers_with_label(label: &str) -> Vec<String> {
+    let out = StdCommand::new("docker").args(["ps", "-aq", "--filter", &format!("label={label}")]).output().expect("docker ps");
+    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect()
+}
+
+/// Waits until a running container carries `label`; panics after `limit`.
+pub fn wait_for_running(label: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let out = StdCommand::new("docker")
+            .args(["ps", "-q", "--filter", &format!("label={label}"), "--filter", "status=running"])
+            .output()
+            .expect("docker ps");
+        let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !s.is_empty() {
+            return s;
+        }
+        assert!(start.elapsed() < limit, "no running container with {label} after {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A tiny image built locally FROM scratch (no registry): the host's static busybox at
+/// /bin/busybox plus /www/index.html ("ok"). The tag is unique to `name` so parallel tests
+/// never remove each other's image. Removed on drop.
+pub struct BusyboxImage {
+    pub tag: String,
+}
+
+impl BusyboxImage {
+    pub fn build(name: &str) -> BusyboxImage {
+        let tag = format!("workcell-test-busybox:{name}-{}", std::process::id());
+        let mut b = tar::Builder::new(Vec::new());
+        let df = "FROM scratch\nCOPY busybox /bin/busybox\nCOPY www /www\nUSER 65534:65534\n";
+        append(&mut b, "Dockerfile", df.as_bytes(), 0o644);
+        let bb = std::fs::read("/usr/bin/busybox").expect("static busybox at /usr/bin/busybox (apt-get install busybox-static)");
+        append(&mut b, "busybox", &bb, 0o755);
+        append(&mut b, "www/index.html", b"ok\n", 0o644);
+        let ctx = b.into_inner().expect("tar");
+        let mut child = StdCommand::new("docker")
+            .args(["build", "-q", "-t", &tag, "--label", "dev.workcell.managed=true", "--label", "dev.workcell.kind=test", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("docker build");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &ctx).expect("send context");
+        assert!(child.wait().expect("docker build").success(), "building {tag} failed");
+        BusyboxImage { tag }
+    }
+}
+
+impl Drop for BusyboxImage {
+    fn drop(&mut self) {
+        let _ = StdCommand::new("docker").args(["rmi", "-f", &self.tag]).output();
+    }
+}
+
+fn append(b: &mut tar::Builder<Vec<u8>>, name: &str, data: &[u8], mode: u32) {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(mode);
+    h.set_mtime(0);
+    b.append_data(&mut h, name, data).expect("tar entry");
+}
+
+/// A detached server container, force-removed on drop.
+pub struct Server {
+    pub id: String,
+    pub ip: String,
+}
+
+impl Server {
+    /// `busybox httpd` on port 8080 in the default bridge network.
+    pub fn httpd(image: &BusyboxImage, label: &str) -> Server {
+        let out = StdCommand::new("docker")
+            .args(["run", "-d", "--rm", "--label", "dev.workcell.managed=true", "--label", label, &image.tag])
+            .args(["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"])
+            .output()
+            .expect("docker run");
+        assert!(out.status.success(), "server failed: {}", String::from_utf8_lossy(&out.stderr));
+        let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let ip = StdCommand::new("docker").args(["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id]).output().expect("inspect");
+        let ip = String::from_utf8_lossy(&ip.stdout).trim().to_string();
+        assert!(!ip.is_empty(), "server has no IP");
+        Server { id, ip }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = StdCommand::new("docker").args(["rm", "-f", &self.id]).output();
+    }
+}
+
+/// Writes `workcell.yaml` and `workers/<name>.worker` files into `dir`.
+pub fn write_project(dir: &Path, config: &str, workers: &[(&str, &str)]) {
+    std::fs::write(dir.join("workcell.yaml"), config).expect("write config");
+    std::fs::create_dir_all(dir.join("workers")).expect("mkdir workers");
+    for (name, text) in workers {
+        std::fs::write(dir.join("workers").join(format!("{name}.worker")), text).expect("write worker");
+    }
+}
