@@ -133,7 +133,7 @@ mod body {
         let sibling = s.mkdir("sibling");
         std::fs::write(sibling.join("secret.txt"), "secret").expect("write");
         let probe = format!(
-            "for p in /root /home /var/run/docker.sock /run/docker.sock /etc/passwd /etc/shadow {} {} {}; do if [ -e \"$p\" ]; then echo VISIBLE:$p; fi; done; ls /",
+            "for p in /root /home /var/run/docker.sock /run/docker.sock /etc/shadow {} {} {}; do if [ -e \"$p\" ]; then echo VISIBLE:$p; fi; done; if grep -qs '^daemon:' /etc/passwd; then echo VISIBLE:the-host-passwd; fi; ls /",
             sibling.display(),
             sibling.join("secret.txt").display(),
             zone.display()
