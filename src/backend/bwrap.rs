@@ -750,23 +750,6 @@ fn host_path_in_view(plan: &LaunchPlan, p: &str, depth: u8) -> View {
     View::Absent
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn under_matches_whole_components() {
-        assert_eq!(under("/usr/bin/sh", "/usr"), Some("/bin/sh"));
-        assert_eq!(under("/usr", "/usr"), Some(""));
-        assert_eq!(under("/usrx/sh", "/usr"), None);
-    }
-
-    #[test]
-    fn features_from_help() {
-        assert_eq!(BwrapFeatures::from_usage(b"--size BYTES\n--tmpfs"), BwrapFeatures { tmpfs_size: true, disable_userns: false });
-    }
-}
-
 /// Runs the plan under bwrap with output captured (the shell tool, child workers). The
 /// timeout kills bwrap's whole process group; `--die-with-parent` and the pid namespace take
 /// every process of the sandbox with it.
@@ -782,4 +765,21 @@ pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> 
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args).env_clear();
     super::capture(cmd, plan.limits.timeout)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn under_matches_whole_components() {
+        assert_eq!(under("/usr/bin/sh", "/usr"), Some("/bin/sh"));
+        assert_eq!(under("/usr", "/usr"), Some(""));
+        assert_eq!(under("/usrx/sh", "/usr"), None);
+    }
+
+    #[test]
+    fn features_from_help() {
+        assert_eq!(BwrapFeatures::from_usage(b"--size BYTES\n--tmpfs"), BwrapFeatures { tmpfs_size: true, disable_userns: false });
+    }
 }

@@ -86,10 +86,19 @@ impl Diag {
 /// Resource limits of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct Limits {
+    #[serde(serialize_with = "serialize_duration")]
     pub timeout: Option<Duration>,
     pub memory_bytes: Option<u64>,
     pub cpus: Option<f64>,
     pub pids: Option<i64>,
+}
+
+/// Durations read as people write them (`"30s"`, `"5m"`), not as `{secs, nanos}`.
+fn serialize_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_some(&humantime::format_duration(*d).to_string()),
+        None => s.serialize_none(),
+    }
 }
 
 impl Limits {
