@@ -7,6 +7,9 @@
 //! a failure; without them the backend's tests are skipped with a note on stderr.
 //! Workers use the host's own tools (`image: host`, the default): sh, cat, busybox nc.
 
+#[allow(dead_code)]
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -328,8 +331,8 @@ backend_suite!(
     }
 );
 
-// The docker network tests need a server in a sibling container; the docker backend's
-// author adds them in the braces below.
+// The docker network tests need a server in a sibling container (a busybox httpd built
+// FROM scratch by the test itself, on the default bridge), not the host's loopback.
 backend_suite!(
     docker,
     "docker",
@@ -346,5 +349,29 @@ backend_suite!(
         killing_workcell_kills_worker,
         exit_statuses,
     ],
-    {}
+    {
+        fn fetch_script(ip: &str) -> String {
+            // busybox wget segfaults in Debian 12's static build, so speak HTTP through nc.
+            let get = format!("printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 2 {ip} 8080");
+            format!("for i in 1 2 3 4 5 6 7 8; do if {get} | grep -qx ok; then echo reached; exit 0; fi; sleep 0.5; done; exit 1")
+        }
+
+        #[test]
+        fn network_off_blocks_a_sibling_container_on_allows_it() {
+            if !ready(BACKEND, GATE) {
+                return;
+            }
+            let img = support::BusyboxImage::build("behaviour-net");
+            let server = support::Server::httpd(&img, &format!("dev.workcell.test=behaviour-net-{}", std::process::id()));
+            let s = Scratch::new();
+            s.mkdir("in");
+            let script = fetch_script(&server.ip);
+            let off = run(BACKEND, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+            assert_ne!(off.status.code(), Some(0), "the sibling was reached with the network off");
+            assert!(!stdout(&off).contains("reached"));
+            let on = run(BACKEND, &s.root, &["--network", "--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+            assert_eq!(on.status.code(), Some(0), "{}", stdout(&on));
+            assert!(stdout(&on).contains("reached"));
+        }
+    }
 );
