@@ -146,13 +146,18 @@ impl Sandbox {
         }
         // Write implies read.
         readable.extend(writable.iter().cloned());
-        Ok(Sandbox {
+        Ok(self.with_areas(readable, writable))
+    }
+
+    /// A sandbox over the same mounts with these areas (duplicates and covered ones dropped).
+    fn with_areas(&self, readable: Vec<Area>, writable: Vec<Area>) -> Sandbox {
+        Sandbox {
             mounts: self.mounts.clone(),
             addressing: self.addressing,
             readable: minimise(readable),
             writable: minimise(writable),
             network: self.network,
-        })
+        }
     }
 
     /// Derives a child from zone declarations (seed 003): only the declared zones, at most
@@ -181,13 +186,7 @@ impl Sandbox {
             }
             readable.extend(r);
         }
-        Ok(Sandbox {
-            mounts: self.mounts.clone(),
-            addressing: self.addressing,
-            readable: minimise(readable),
-            writable: minimise(writable),
-            network: self.network,
-        })
+        Ok(self.with_areas(readable, writable))
     }
 
     /// True when every area of `self` lies inside an area of `parent` (readable and
