@@ -28,7 +28,7 @@ fn setup(mode: ApprovalMode) -> (tempfile::TempDir, Arc<ToolService>, Broker) {
     std::fs::write(tmp.path().join("data/a.txt"), "alpha beta\n").expect("write");
     std::fs::write(tmp.path().join("drafts/keep.txt"), "keep me\n").expect("write");
     let project = Arc::new(Project::from_text(CONFIG, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
-    let runner = Arc::new(BackendRunner { project: project.clone(), choice: BackendChoice::None, mode });
+    let runner = Arc::new(BackendRunner::new(project.clone(), BackendChoice::None, mode));
     let service = Arc::new(ToolService::new(
         project.clone(),
         Caller::default(),
@@ -138,7 +138,7 @@ fn dynamic_expansion_grants_a_directory_for_the_session() {
     std::fs::write(outside.path().join("notes.txt"), "outside notes").expect("write");
     let yaml = "sandbox:\n  dynamic: true\n  zones:\n    out: {path: ./out, mode: rw}\n";
     let project = Arc::new(Project::from_text(yaml, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
-    let runner = Arc::new(BackendRunner { project: project.clone(), choice: BackendChoice::None, mode: ApprovalMode::ApproveAll });
+    let runner = Arc::new(BackendRunner::new(project.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
     let service = ToolService::new(project.clone(), Caller::default(), project.sandbox.clone(), Approver::new(ApprovalMode::ApproveAll, None), AuditLog::new(tmp.path(), "r"), runner);
     let granted = service
         .call("request_access", serde_json::json!({"path": outside.path().join("notes.txt"), "mode": "ro"}))

@@ -29,7 +29,7 @@ fn project() -> (tempfile::TempDir, Arc<Project>) {
 
 fn service_for(p: &Arc<Project>, worker: &str, chain: &[&str]) -> ToolService {
     let w = p.worker(worker).expect("worker").clone();
-    let runner = Arc::new(BackendRunner { project: p.clone(), choice: BackendChoice::None, mode: ApprovalMode::ApproveAll });
+    let runner = Arc::new(BackendRunner::new(p.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
     ToolService::new(
         p.clone(),
         Caller { worker: Some(w.clone()), chain: chain.iter().map(|s| s.to_string()).collect() },
@@ -68,7 +68,7 @@ fn a_child_cannot_get_rw_where_the_caller_has_ro() {
     // `a` sees data read-only; `writer` declares data rw: refused though the project has rw.
     let mut a = p.worker("a").expect("a").clone();
     a.workers.push("writer".into());
-    let runner = Arc::new(BackendRunner { project: p.clone(), choice: BackendChoice::None, mode: ApprovalMode::ApproveAll });
+    let runner = Arc::new(BackendRunner::new(p.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
     let svc = ToolService::new(p.clone(), Caller { worker: Some(a.clone()), chain: vec!["a".into()] }, a.sandbox.clone(), Approver::new(ApprovalMode::ApproveAll, None), AuditLog::new(&p.dir, "t"), runner);
     let err = svc.call("call_worker", json!({"name": "writer"})).expect_err("escalation");
     assert_eq!(err.kind(), "permission_escalation");

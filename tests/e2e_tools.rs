@@ -158,6 +158,39 @@ fn delegation_derives_the_child_sandbox(backend: &str) {
     assert!(events.iter().any(|e| e["event"] == "delegation" && e["worker"] == "child"), "{events:?}");
 }
 
+fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("data")).expect("mkdir");
+    std::fs::write(tmp.path().join("data/doc.txt"), "shell can read this").expect("write");
+    let shell = |cmd: &str| format!(r#"{CURL} --data-binary '{{"command":"{cmd}"}}' http://workcell/v1/tools/shell; echo"#);
+    let w = worker(
+        "sandbox:\n  zones:\n    - {name: data, mode: ro}\nshell_rules:\n  - {pattern: cat, sandbox_paths: [/data], approval_required: false}\n  - {pattern: touch, approval_required: false}\nshell_default: {allowed: false}\n",
+        &format!(
+            "{}; {}; {}; {}; test -e /tmp/made-by-shell && echo SAME-CONTAINER || echo FRESH-SANDBOX",
+            shell("cat /data/doc.txt"),
+            shell("cat /etc/hostname"),
+            shell("ls /"),
+            shell("touch /tmp/made-by-shell")
+        ),
+    );
+    write_project(tmp.path(), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", &[("sheller", &w)]);
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell")).args(["run", "--strict", "--backend", backend, "sheller"]).current_dir(tmp.path()).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("shell can read this"), "{stdout}");
+    assert!(stdout.contains("outside the paths this command may use: /data"), "sandbox_paths confine arguments: {stdout}");
+    assert!(stdout.contains("shell_default does not allow others") && stdout.contains("cat, touch"), "{stdout}");
+    // docker: the shell tool runs in the worker's own container (same private /tmp);
+    // bwrap: in a fresh sandbox with the same mounts.
+    let expected = if backend == "docker" { "SAME-CONTAINER" } else { "FRESH-SANDBOX" };
+    assert!(stdout.contains(expected), "{stdout}");
+    let events = audit(tmp.path());
+    assert!(events.iter().filter(|e| e["event"] == "tool_call" && e["tool"] == "shell").count() == 4, "{events:?}");
+}
+
 macro_rules! suite {
     ($($backend:ident),*) => {$(
         mod $backend {
@@ -167,6 +200,8 @@ macro_rules! suite {
             fn denied_write_changes_nothing() { super::denied_write_changes_nothing(stringify!($backend)) }
             #[test]
             fn delegation_derives_the_child_sandbox() { super::delegation_derives_the_child_sandbox(stringify!($backend)) }
+            #[test]
+            fn shell_runs_inside_the_sandbox_under_its_rules() { super::shell_runs_inside_the_sandbox_under_its_rules(stringify!($backend)) }
         }
     )*};
 }

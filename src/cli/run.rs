@@ -159,7 +159,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let worker_instructions = worker.map(|w| w.instructions.clone());
     let project = Arc::new(project);
     let mode = args.approvals.mode();
-    let runner = BackendRunner { project: project.clone(), choice, mode };
+    let runner = BackendRunner::new(project.clone(), choice, mode);
+    let runner_exec = runner.exec_in.clone();
     let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
     let broker = Broker::start(service.clone()).map_err(CliError::Failed)?;
     if let Some(text) = worker_instructions {
@@ -167,6 +168,9 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
     }
     plan.attach_broker(broker.dir(), broker.token());
+    if selected == Selected::Docker {
+        let _ = runner_exec.set(plan.clone());
+    }
     let audit = service.audit();
     audit
         .record("run_start", serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network,

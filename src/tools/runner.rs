@@ -1,7 +1,7 @@
 //! Runs shell commands and child workers for the tool service inside a fresh boundary of
 //! the selected backend: the command sees the caller's sandbox, nothing more.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::json;
@@ -21,6 +21,9 @@ pub struct BackendRunner {
     pub project: Arc<Project>,
     pub choice: BackendChoice,
     pub mode: ApprovalMode,
+    /// The docker run this runner serves, once its container exists: shell commands are then
+    /// executed in that container rather than in a fresh one.
+    pub exec_in: Arc<OnceLock<LaunchPlan>>,
 }
 
 /// A prompter for `mode`: the terminal when interactive and one exists, else none.
@@ -41,9 +44,12 @@ fn to_output(c: Captured) -> ShellOutput {
 }
 
 impl BackendRunner {
-    fn execute(&self, plan: &LaunchPlan) -> Result<ShellOutput, String> {
-        let selected = backend::select(self.choice, plan, self.project.require_os_sandbox).map_err(|e| e.to_string())?;
-        backend::run_captured(selected, plan).map(to_output).map_err(|e| e.to_string())
+    pub fn new(project: Arc<Project>, choice: BackendChoice, mode: ApprovalMode) -> BackendRunner {
+        BackendRunner { project, choice, mode, exec_in: Arc::new(OnceLock::new()) }
+    }
+
+    fn select(&self, plan: &LaunchPlan) -> Result<backend::Selected, String> {
+        backend::select(self.choice, plan, self.project.require_os_sandbox).map_err(|e| e.to_string())
     }
 
     /// The tool service a child worker talks to, sharing this runner.
@@ -66,15 +72,22 @@ impl SandboxRunner for BackendRunner {
             limits: Limits { timeout: Some(Duration::from_secs(timeout_secs)), ..Limits::default() },
             ..Overrides::default()
         };
+        if let Some(running) = self.exec_in.get() {
+            return backend::docker::exec_captured(running, args, Duration::from_secs(timeout_secs)).map(to_output).map_err(|e| e.to_string());
+        }
         let plan = LaunchPlan::build(&self.project, None, sandbox, &ov).map_err(|e| e.to_string())?;
-        self.execute(&plan)
+        let selected = self.select(&plan)?;
+        backend::run_captured(selected, &plan).map(to_output).map_err(|e| e.to_string())
     }
 
     fn run_worker(&self, worker: &Worker, sandbox: &Sandbox, input: &str, attachments: &[Attachment], _depth: usize, chain: &[String]) -> Result<ShellOutput, String> {
         let mut plan = LaunchPlan::build(&self.project, Some(worker), sandbox, &Overrides::default()).map_err(|e| e.to_string())?;
         let audit = AuditLog::new(&self.project.dir, &plan.run_id);
+        let selected = self.select(&plan)?;
         let caller = Caller { worker: Some(worker.clone()), chain: chain.to_vec() };
-        let service = Arc::new(self.service_for(caller, sandbox.clone(), &plan.run_id));
+        // The child's own runner: its shell commands go to the child's container.
+        let child_runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), ..self.clone() };
+        let service = Arc::new(child_runner.service_for(caller, sandbox.clone(), &plan.run_id));
         let broker = Broker::start(service)?;
         // Input and attachments sit beside the socket, in the read-only broker directory.
         std::fs::write(broker.dir().join("input.txt"), input).map_err(|e| format!("cannot stage the input: {e}"))?;
@@ -90,7 +103,10 @@ impl SandboxRunner for BackendRunner {
         plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
         plan.env.insert("WORKCELL_CHAIN".into(), chain.join(" -> "));
         let _ = audit.record("run_start", json!({"worker": worker.name, "chain": chain, "mounts": plan.mounts.len()}));
-        let out = self.execute(&plan);
+        if selected == backend::Selected::Docker {
+            let _ = child_runner.exec_in.set(plan.clone());
+        }
+        let out = backend::run_captured(selected, &plan).map(to_output).map_err(|e| e.to_string());
         let _ = audit.record("run_end", json!({"worker": worker.name, "exit_code": out.as_ref().map(|o| o.exit_code).ok()}));
         drop(broker);
         out

@@ -148,3 +148,60 @@ pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> 
     let (stdout, stderr) = buf.lock().map(|b| b.clone()).unwrap_or_default();
     Ok(super::Captured { exit_code: code, stdout, stderr, timed_out: code == super::EXIT_TIMEOUT && plan.timeout().is_some() })
 }
+
+/// Runs `args` inside the already running container of `plan` (the shell tool during a
+/// docker run: the command sees exactly the worker's mounts, `/tmp` and network), with
+/// output captured. With `image: host` the command is wrapped in the host's `timeout` so
+/// it is killed at the deadline; otherwise workcell stops waiting and reports the timeout.
+pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Duration) -> Result<super::Captured, BackendError> {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    use futures_util::StreamExt;
+    let name = render::container_name(plan);
+    let mut cmd: Vec<String> = Vec::new();
+    if plan.image == crate::config::ImageRef::Host {
+        cmd.extend(["timeout".into(), "-s".into(), "KILL".into(), format!("{}", timeout.as_secs().max(1))]);
+    }
+    cmd.extend(args.iter().cloned());
+    let env: Vec<String> = plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let rt = runtime()?;
+    let result: Result<super::Captured, DockerError> = rt.block_on(async {
+        let docker = connect().await?;
+        let opts = CreateExecOptions {
+            cmd: Some(cmd),
+            env: Some(env),
+            working_dir: Some(plan.workdir.clone()),
+            user: Some(format!("{}:{}", plan.user.uid, plan.user.gid)),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        };
+        let exec = docker.create_exec(&name, opts).await.map_err(|e| DockerError::Api { what: format!("exec in container {name}"), source: e })?;
+        let started = docker.start_exec(&exec.id, None).await.map_err(|e| DockerError::Api { what: format!("start exec in {name}"), source: e })?;
+        let mut captured = super::Captured::default();
+        if let StartExecResults::Attached { mut output, .. } = started {
+            let collect = async {
+                while let Some(Ok(frame)) = output.next().await {
+                    match frame {
+                        bollard::container::LogOutput::StdErr { message } => captured.stderr.extend_from_slice(&message),
+                        bollard::container::LogOutput::StdOut { message } | bollard::container::LogOutput::Console { message } => captured.stdout.extend_from_slice(&message),
+                        bollard::container::LogOutput::StdIn { .. } => {}
+                    }
+                }
+            };
+            // A little grace beyond the in-container `timeout`, which does the killing.
+            if tokio::time::timeout(timeout + std::time::Duration::from_secs(2), collect).await.is_err() {
+                captured.timed_out = true;
+                captured.exit_code = super::EXIT_TIMEOUT;
+                return Ok(captured);
+            }
+        }
+        let inspect = docker.inspect_exec(&exec.id).await.map_err(|e| DockerError::Api { what: format!("inspect exec in {name}"), source: e })?;
+        let code = inspect.exit_code.and_then(|c| i32::try_from(c).ok()).unwrap_or(super::EXIT_INTERNAL);
+        // `timeout -s KILL` ends with 137 when it killed the command.
+        captured.timed_out = plan.image == crate::config::ImageRef::Host && code == 137;
+        captured.exit_code = if captured.timed_out { super::EXIT_TIMEOUT } else { code };
+        Ok(captured)
+    });
+    rt.shutdown_background();
+    Ok(result?)
+}
