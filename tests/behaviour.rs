@@ -7,7 +7,6 @@
 //! a failure; without them the backend's tests are skipped with a note on stderr.
 //! Workers use the host's own tools (`image: host`, the default): sh, cat, busybox nc.
 
-#[allow(dead_code)]
 mod support;
 
 use std::path::{Path, PathBuf};
