@@ -69,7 +69,7 @@ impl Broker {
         let thread = std::thread::Builder::new()
             .name("workcell-broker".into())
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(rt) => rt,
                     Err(e) => {
                         tracing::error!("broker runtime: {e}");
