@@ -17,11 +17,15 @@ pub struct DoctorArgs {
 pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
     let docker = diagnose();
     let bwrap = crate::backend::bwrap::probe();
-    let ok = docker.error.is_none() || bwrap.is_ok();
+    let seatbelt = crate::backend::seatbelt::probe();
+    let ok = docker.error.is_none() || bwrap.is_ok() || seatbelt.is_ok();
+    // Limits a fallback backend cannot enforce, named so nobody relies on them unknowingly.
+    let bwrap_limits = "memory and cpus limits need a cgroup (not enforced); pids: not enforced (RLIMIT_NPROC is per user); the pid namespace still ends every process with the run";
     if args.json {
         let v = serde_json::json!({
             "docker": docker,
-            "bwrap": match &bwrap { Ok(p) => serde_json::json!({"ok": true, "path": p}), Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}) },
+            "bwrap": match &bwrap { Ok(p) => serde_json::json!({"ok": true, "path": p, "unenforced_limits": bwrap_limits}), Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}) },
+            "seatbelt": match &seatbelt { Ok(()) => serde_json::json!({"ok": true}), Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}) },
             "ok": ok,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -29,8 +33,12 @@ pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
     }
     print_docker(&docker);
     match &bwrap {
-        Ok(p) => println!("bwrap:   ok ({})", p.display()),
+        Ok(p) => println!("bwrap:   ok ({})\n  limits: {bwrap_limits}", p.display()),
         Err(e) => println!("bwrap:   unavailable: {e}"),
+    }
+    match &seatbelt {
+        Ok(()) => println!("seatbelt: ok (/usr/bin/sandbox-exec)"),
+        Err(e) => println!("seatbelt: unavailable: {e}"),
     }
     if !ok {
         println!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
