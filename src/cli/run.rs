@@ -56,6 +56,10 @@ pub struct RunArgs {
     /// Isolation backend (default: the project's `defaults.backend`, else auto).
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+    /// Run without the tool broker: the worker cannot ask the host for anything (no
+    /// socket is mounted). Its zones and network are unchanged.
+    #[arg(long)]
+    pub no_broker: bool,
     #[command(flatten)]
     pub approvals: ApprovalFlags,
     /// Command and arguments (overrides the worker's command).
@@ -162,18 +166,20 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let runner = BackendRunner::new(project.clone(), choice, mode);
     let runner_exec = runner.exec_in.clone();
     let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
-    let broker = Broker::start(service.clone()).map_err(CliError::Failed)?;
-    if let Some(text) = worker_instructions {
+    let broker = if args.no_broker { None } else { Some(Broker::start(service.clone()).map_err(CliError::Failed)?) };
+    if let (Some(broker), Some(text)) = (&broker, worker_instructions) {
         let _ = std::fs::write(broker.dir().join("instructions.md"), text);
         plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
     }
-    plan.attach_broker(broker.dir(), broker.token());
+    if let Some(broker) = &broker {
+        plan.attach_broker(broker.dir(), broker.token());
+    }
     if selected == Selected::Docker {
         let _ = runner_exec.set(plan.clone());
     }
     let audit = service.audit();
     audit
-        .record("run_start", serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network,
+        .record("run_start", serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network, "broker": broker.is_some(),
             "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}))
         .map_err(|e| CliError::Failed(format!("cannot write the audit log: {e}")))?;
     let result = backend::run(selected, &plan);
