@@ -191,6 +191,30 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
     assert!(events.iter().filter(|e| e["event"] == "tool_call" && e["tool"] == "shell").count() == 4, "{events:?}");
 }
 
+fn no_broker_means_no_socket_and_no_token(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("in")).expect("mkdir");
+    let script = "test -e /run/workcell && echo HAS-BROKER-DIR; echo token=${WORKCELL_TOKEN:-none}";
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .args(["run", "--backend", backend, "--zone", "in=./in:ro"])
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .current_dir(tmp.path())
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let with = run(&[]);
+    assert!(with.contains("HAS-BROKER-DIR") && !with.contains("token=none"), "{with}");
+    let without = run(&["--no-broker"]);
+    assert_eq!(without, "token=none\n");
+}
+
 macro_rules! suite {
     ($($backend:ident),*) => {$(
         mod $backend {
@@ -200,6 +224,8 @@ macro_rules! suite {
             fn denied_write_changes_nothing() { super::denied_write_changes_nothing(stringify!($backend)) }
             #[test]
             fn delegation_derives_the_child_sandbox() { super::delegation_derives_the_child_sandbox(stringify!($backend)) }
+            #[test]
+            fn no_broker_means_no_socket_and_no_token() { super::no_broker_means_no_socket_and_no_token(stringify!($backend)) }
             #[test]
             fn shell_runs_inside_the_sandbox_under_its_rules() { super::shell_runs_inside_the_sandbox_under_its_rules(stringify!($backend)) }
         }
