@@ -92,6 +92,13 @@ fn approved_write_lands_on_the_host(backend: &str) {
     assert!(events.iter().any(|e| e["event"] == "decision" && e["subject"] == "/drafts/report.txt" && e["decision"]["by"] == "user_once"), "{events:?}");
     assert!(events.iter().any(|e| e["event"] == "tool_call" && e["tool"] == "write_file" && e["ok"] == true));
     assert!(events.iter().any(|e| e["event"] == "run_start") && events.iter().any(|e| e["event"] == "run_end"));
+    // `workcell audit` shows the same log readably, and raw with --json.
+    let shown = Command::new(env!("CARGO_BIN_EXE_workcell")).arg("audit").current_dir(tmp.path()).output().expect("audit");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success() && text.contains("decision") && text.contains("/drafts/report.txt") && text.contains("run_end"), "{text}");
+    let raw = Command::new(env!("CARGO_BIN_EXE_workcell")).args(["audit", "--json"]).current_dir(tmp.path()).output().expect("audit");
+    let lines: Vec<Value> = String::from_utf8_lossy(&raw.stdout).lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    assert_eq!(lines.len(), events.len());
 }
 
 fn denied_write_changes_nothing(backend: &str) {
