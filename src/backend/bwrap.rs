@@ -348,14 +348,14 @@ fn userns_fix() -> String {
 
 /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
 /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
-pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+pub fn run(plan: &LaunchPlan, service: Option<&dyn super::OnDemand>) -> Result<i32, BackendError> {
     #[cfg(target_os = "linux")]
     {
-        runner::run(plan)
+        runner::run(plan, service)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = plan;
+        let _ = (plan, service);
         Err(BackendError::Unavailable { backend: "bwrap", reason: "bubblewrap runs only on Linux".into(), fix: "On macOS use the docker or seatbelt backend.".into() })
     }
 }
@@ -366,16 +366,14 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
 mod runner {
     use std::os::fd::{AsFd, AsRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
-    use std::process::ExitStatus;
-    use std::sync::mpsc;
     use std::time::Instant;
 
     use super::*;
-    use crate::backend::{EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+    use crate::backend::{OnDemand, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
     /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
     /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
-    pub(super) fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+    pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
         let located = locate()?;
         if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
             return Err(BackendError::Failed(format!(
@@ -411,55 +409,66 @@ mod runner {
         if own_group {
             cmd.process_group(0);
         }
-        let (tx, rx) = mpsc::channel::<Event>();
-        // Signals are registered before the spawn so that none is lost in between.
-        let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP])
-            .map_err(|e| BackendError::Failed(format!("cannot install signal handlers: {e}")))?;
-        let signal_handle = signals.handle();
+        // Signals are registered before the spawn so that none is lost in between; they arrive
+        // on a self-pipe that the supervision loop polls with everything else.
+        let mut signals = signal_pipe()?;
         // The write end is inheritable only around the spawn, and bwrap is the only process
         // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
         // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
         rustix::io::fcntl_setfd(&status_w, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
         let spawned = cmd.spawn();
         drop(status_w);
-        let child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
+        let mut child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
         let bwrap_pid = child.id() as i32;
         let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        let mut report = StatusPipe::new(status_r);
 
-        spawn_signal_thread(signals, tx.clone());
-        let reader = spawn_status_reader(status_r, tx.clone());
-        spawn_waiter(child, tx);
-
+        // One thread supervises: it sleeps in poll(2) on bwrap's pidfd, the status pipe and
+        // the signal pipe, until bwrap exits or the deadline passes.
         let mut sup = Supervisor { bwrap_pid, bwrap_pidfd, init: None, own_group };
         let mut deadline = plan.timeout().map(|t| Instant::now() + t);
         let mut timed_out = false;
         let mut signalled: Option<i32> = None;
+        let mut service_started = false;
         let status = loop {
-            let event = match deadline {
-                Some(d) => match rx.recv_timeout(d.saturating_duration_since(Instant::now())) {
-                    Ok(e) => e,
-                    Err(mpsc::RecvTimeoutError::Timeout) => Event::Deadline,
-                    Err(mpsc::RecvTimeoutError::Disconnected) => break None,
-                },
-                None => match rx.recv() {
-                    Ok(e) => e,
-                    Err(_) => break None,
-                },
-            };
-            match event {
-                Event::Started { init_pid, pid_ns } => sup.started(init_pid, pid_ns),
-                Event::Exited(s) => break Some(s),
-                Event::Deadline if signalled.is_some() => {
-                    // The worker ignored a forwarded signal for the whole grace period.
-                    sup.kill_all();
-                    deadline = None;
-                }
-                Event::Deadline => {
+            if let Some(s) = child.try_wait().map_err(|e| BackendError::Failed(format!("cannot wait for bwrap: {e}")))? {
+                break s;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                if signalled.is_none() {
                     timed_out = true;
-                    sup.kill_all();
-                    deadline = None;
                 }
-                Event::Signal(sig) => {
+                // The deadline, or a worker that ignored a forwarded signal for the whole
+                // grace period: stop everything.
+                sup.kill_all();
+                deadline = None;
+                continue;
+            }
+            // Without a pidfd (Linux < 5.3) bwrap's exit is noticed by polling every 10 ms.
+            let mut wait = deadline.map(|d| d - now);
+            if sup.bwrap_pidfd.is_none() {
+                wait = Some(wait.map_or(NO_PIDFD_POLL, |w| w.min(NO_PIDFD_POLL)));
+            }
+            let wake = service.filter(|_| !service_started).map(|s| s.wake_fd());
+            let ready = wait_readable(sup.bwrap_pidfd.as_ref(), report.fd(), signals.get_read(), wake, wait)?;
+            if ready.wake {
+                if let Some(s) = service {
+                    // The worker connected: serve it. If the service cannot start, the worker's
+                    // request fails (its connection is closed with the socket at the end).
+                    if let Err(e) = s.start() {
+                        eprintln!("workcell: the tool broker could not start: {e}");
+                    }
+                    service_started = true;
+                }
+            }
+            if ready.status {
+                if let Some((init_pid, pid_ns)) = report.read_available() {
+                    sup.started(init_pid, pid_ns);
+                }
+            }
+            if ready.signal {
+                for sig in signals.pending() {
                     if signalled.is_some() || !sup.forward(sig) {
                         // A second signal, or nothing to forward to yet: stop now.
                         sup.kill_all();
@@ -471,23 +480,19 @@ mod runner {
                 }
             }
         };
-        signal_handle.close();
-        let report = reader.join().unwrap_or_default();
+        drop(signals);
+        // bwrap has exited, so the pipe's write end is closed: read what is left.
+        report.read_to_end();
         // bwrap exiting normally implies its init (and so the pid namespace) is gone; after a
         // kill, make sure before reporting, so that "nothing left running" holds on return.
         sup.wait_init_gone();
 
-        let status = match status {
-            Some(Ok(s)) => s,
-            Some(Err(e)) => return Err(BackendError::Failed(format!("cannot wait for bwrap: {e}"))),
-            None => return Err(BackendError::Failed("lost track of the bwrap process".into())),
-        };
         if timed_out {
             let t = plan.timeout().map(|t| humantime::format_duration(t).to_string()).unwrap_or_default();
             eprintln!("workcell: the worker did not finish within {t}; it was stopped (exit {EXIT_TIMEOUT})");
             return Ok(EXIT_TIMEOUT);
         }
-        if let Some(code) = report.exit_code {
+        if let Some(code) = report.exit_code() {
             return Ok(code);
         }
         if let Some(sig) = signalled {
@@ -524,55 +529,141 @@ mod runner {
         }
     }
 
-    /// What the supervision loop reacts to.
-    enum Event {
-        /// bwrap set the sandbox up: its init's host pid and pid namespace.
-        Started { init_pid: i32, pid_ns: Option<u64> },
-        /// bwrap exited.
-        Exited(std::io::Result<ExitStatus>),
-        Signal(i32),
-        Deadline,
+    /// How often bwrap's exit is checked when the kernel has no pidfds.
+    const NO_PIDFD_POLL: Duration = Duration::from_millis(10);
+
+    type Signals = signal_hook::iterator::backend::SignalDelivery<std::os::unix::net::UnixStream, signal_hook::iterator::exfiltrator::SignalOnly>;
+
+    /// SIGINT, SIGTERM and SIGHUP delivered through a self-pipe (signal-hook's), to be
+    /// polled with the other descriptors.
+    fn signal_pipe() -> Result<Signals, BackendError> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let fail = |e: std::io::Error| BackendError::Failed(format!("cannot install signal handlers: {e}"));
+        let (read, write) = std::os::unix::net::UnixStream::pair().map_err(fail)?;
+        read.set_nonblocking(true).map_err(fail)?;
+        write.set_nonblocking(true).map_err(fail)?;
+        Signals::with_pipe(read, write, signal_hook::iterator::exfiltrator::SignalOnly, [SIGINT, SIGTERM, SIGHUP]).map_err(fail)
     }
 
-    /// What bwrap reported on its status pipe.
-    #[derive(Debug, Default)]
-    struct StatusReport {
+    /// Which of the supervised descriptors have something to say.
+    struct Ready {
+        status: bool,
+        signal: bool,
+        wake: bool,
+    }
+
+    /// Sleeps until bwrap exits (its pidfd turns readable), the status pipe, the signal pipe
+    /// or the on-demand service's descriptor has data, or `wait` passes.
+    fn wait_readable(
+        pidfd: Option<&OwnedFd>,
+        status: Option<&OwnedFd>,
+        signals: &std::os::unix::net::UnixStream,
+        wake: Option<std::os::fd::BorrowedFd<'_>>,
+        wait: Option<Duration>,
+    ) -> Result<Ready, BackendError> {
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = Vec::with_capacity(4);
+        fds.push(PollFd::new(signals, PollFlags::IN));
+        let status_at = status.map(|s| {
+            fds.push(PollFd::new(s, PollFlags::IN));
+            fds.len() - 1
+        });
+        let wake_at = wake.as_ref().map(|w| {
+            fds.push(PollFd::new(w, PollFlags::IN));
+            fds.len() - 1
+        });
+        if let Some(p) = pidfd {
+            fds.push(PollFd::new(p, PollFlags::IN));
+        }
+        let timeout = wait.map(|w| rustix::event::Timespec { tv_sec: w.as_secs() as i64, tv_nsec: i64::from(w.subsec_nanos()) });
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(BackendError::Failed(format!("cannot wait for the sandbox: {e}"))),
+        }
+        let has = |i: Option<usize>| i.is_some_and(|i| !fds[i].revents().is_empty());
+        Ok(Ready { signal: !fds[0].revents().is_empty(), status: has(status_at), wake: has(wake_at) })
+    }
+
+    /// bwrap's `--json-status-fd` stream: a JSON object with the sandbox's init pid once it is
+    /// set up, and one with the command's exit code when it ran.
+    struct StatusPipe {
+        /// `None` once the pipe reached end of file.
+        fd: Option<OwnedFd>,
+        buf: Vec<u8>,
         exit_code: Option<i32>,
     }
 
-    fn spawn_status_reader(pipe: OwnedFd, tx: mpsc::Sender<Event>) -> std::thread::JoinHandle<StatusReport> {
-        std::thread::spawn(move || {
-            let mut report = StatusReport::default();
-            let file = std::fs::File::from(pipe);
-            let stream = serde_json::Deserializer::from_reader(std::io::BufReader::new(file)).into_iter::<serde_json::Value>();
-            for doc in stream {
-                let Ok(doc) = doc else { break };
-                if let Some(pid) = doc.get("child-pid").and_then(serde_json::Value::as_i64) {
-                    let pid_ns = doc.get("pid-namespace").and_then(serde_json::Value::as_u64);
-                    let _ = tx.send(Event::Started { init_pid: pid as i32, pid_ns });
-                }
-                if let Some(code) = doc.get("exit-code").and_then(serde_json::Value::as_i64) {
-                    report.exit_code = Some(code as i32);
+    impl StatusPipe {
+        fn new(fd: OwnedFd) -> StatusPipe {
+            let fd = rustix::fs::fcntl_setfl(&fd, rustix::fs::OFlags::NONBLOCK).is_ok().then_some(fd);
+            StatusPipe { fd, buf: Vec::new(), exit_code: None }
+        }
+
+        fn fd(&self) -> Option<&OwnedFd> {
+            self.fd.as_ref()
+        }
+
+        fn exit_code(&self) -> Option<i32> {
+            self.exit_code
+        }
+
+        /// Reads what the pipe holds now; returns the init pid and pid namespace when bwrap
+        /// reported them in this read.
+        fn read_available(&mut self) -> Option<(i32, Option<u64>)> {
+            let Some(fd) = &self.fd else { return None };
+            let mut chunk = [0u8; 1024];
+            loop {
+                match rustix::io::read(fd, &mut chunk) {
+                    Ok(0) => {
+                        self.fd = None;
+                        break;
+                    }
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                    Err(rustix::io::Errno::INTR) => {}
+                    // WouldBlock, or a broken pipe: nothing more for now.
+                    Err(rustix::io::Errno::AGAIN) => break,
+                    Err(_) => {
+                        self.fd = None;
+                        break;
+                    }
                 }
             }
-            report
-        })
-    }
+            self.parse()
+        }
 
-    fn spawn_waiter(mut child: std::process::Child, tx: mpsc::Sender<Event>) {
-        std::thread::spawn(move || {
-            let _ = tx.send(Event::Exited(child.wait()));
-        });
-    }
-
-    fn spawn_signal_thread(mut signals: signal_hook::iterator::Signals, tx: mpsc::Sender<Event>) {
-        std::thread::spawn(move || {
-            for sig in signals.forever() {
-                if tx.send(Event::Signal(sig)).is_err() {
+        /// Reads until end of file (bwrap has exited, so the write end is closed), for at
+        /// most [`KILL_WAIT`] in case a sandbox process kept it open.
+        fn read_to_end(&mut self) {
+            let until = Instant::now() + KILL_WAIT;
+            while let Some(fd) = &self.fd {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
                     break;
                 }
+                let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                let timeout = rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                self.read_available();
             }
-        });
+        }
+
+        /// Consumes every complete JSON document in the buffer.
+        fn parse(&mut self) -> Option<(i32, Option<u64>)> {
+            let mut started = None;
+            let mut stream = serde_json::Deserializer::from_slice(&self.buf).into_iter::<serde_json::Value>();
+            let mut consumed = 0;
+            while let Some(Ok(doc)) = stream.next() {
+                consumed = stream.byte_offset();
+                if let Some(pid) = doc.get("child-pid").and_then(serde_json::Value::as_i64) {
+                    started = Some((pid as i32, doc.get("pid-namespace").and_then(serde_json::Value::as_u64)));
+                }
+                if let Some(code) = doc.get("exit-code").and_then(serde_json::Value::as_i64) {
+                    self.exit_code = Some(code as i32);
+                }
+            }
+            self.buf.drain(..consumed);
+            started
+        }
     }
 
     /// Handles on the running sandbox, for forwarding signals and killing it.

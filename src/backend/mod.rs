@@ -103,13 +103,29 @@ fn host_image_only(plan: &LaunchPlan, backend: &'static str) -> Result<(), Backe
     }
 }
 
-/// Runs `plan` on the selected backend; returns the exit status.
-pub fn run(selected: Selected, plan: &LaunchPlan) -> Result<i32, BackendError> {
+/// A host-side service for the worker that need not start until the worker first uses it
+/// (the tool broker): a backend that supervises the run itself starts it when `wake_fd`
+/// turns readable; the others start it before the worker.
+pub trait OnDemand {
+    /// A descriptor that turns readable when the worker first needs the service.
+    fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
+    /// Starts the service; calling it again does nothing.
+    fn start(&self) -> Result<(), String>;
+}
+
+/// Runs `plan` on the selected backend; returns the exit status. `service`, if any, is
+/// started before the worker or, under bwrap, when the worker first connects to it.
+pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
+    if selected == Selected::Bwrap {
+        return bwrap::run(plan, service);
+    }
+    if let Some(s) = service {
+        s.start().map_err(BackendError::Failed)?;
+    }
     match selected {
         Selected::Docker => docker::run(plan),
-        Selected::Bwrap => bwrap::run(plan),
         Selected::Seatbelt => seatbelt::run(plan),
-        Selected::None => none::run(plan),
+        Selected::Bwrap | Selected::None => none::run(plan),
     }
 }
 

@@ -166,7 +166,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let runner = BackendRunner::new(project.clone(), choice, mode);
     let runner_exec = runner.exec_in.clone();
     let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
-    let broker = if args.no_broker { None } else { Some(Broker::start(service.clone()).map_err(CliError::Failed)?) };
+    let broker = if args.no_broker { None } else { Some(Broker::bind(service.clone()).map_err(CliError::Failed)?) };
     if let (Some(broker), Some(text)) = (&broker, worker_instructions) {
         let _ = std::fs::write(broker.dir().join("instructions.md"), text);
         plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
@@ -182,7 +182,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         .record("run_start", serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network, "broker": broker.is_some(),
             "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}))
         .map_err(|e| CliError::Failed(format!("cannot write the audit log: {e}")))?;
-    let result = backend::run(selected, &plan);
+    let result = backend::run(selected, &plan, broker.as_ref().map(|b| b as &dyn backend::OnDemand));
     let _ = audit.record("run_end", serde_json::json!({"exit_code": result.as_ref().ok(), "error": result.as_ref().err().map(|e| e.to_string())}));
     drop(broker);
     if let Some(summary) = service.expansion_summary() {

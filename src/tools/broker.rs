@@ -27,12 +27,23 @@ pub const BROKER_DIR_IN_WORKER: &str = "/run/workcell";
 /// The socket's file name inside that directory.
 pub const SOCKET_NAME: &str = "broker.sock";
 
-/// A running broker; dropping it stops the server and removes the socket directory.
+/// A broker; dropping it stops the server and removes the socket directory.
+///
+/// [`Broker::bind`] only creates the socket: the server (a thread with its own runtime)
+/// starts when [`Broker::serve`] is called, which the bwrap supervisor does on the first
+/// connection. Most runs never ask the host for anything, and so never pay for the server.
 pub struct Broker {
     dir: tempfile::TempDir,
     token: String,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    listener: std::os::unix::net::UnixListener,
+    state: AppState,
+    running: std::sync::Mutex<Option<Running>>,
+}
+
+/// The serving thread and the way to stop it.
+struct Running {
+    shutdown: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -55,16 +66,36 @@ struct AppState {
 }
 
 impl Broker {
-    /// Starts serving `service` on a new socket in a private directory.
+    /// Binds a new socket for `service` in a private directory and starts serving it.
     pub fn start(service: Arc<ToolService>) -> Result<Broker, String> {
+        let broker = Broker::bind(service)?;
+        broker.serve()?;
+        Ok(broker)
+    }
+
+    /// Binds a new socket for `service` in a private directory, without serving it yet:
+    /// connections wait in the socket's backlog until [`Broker::serve`].
+    pub fn bind(service: Arc<ToolService>) -> Result<Broker, String> {
         let dir = tempfile::Builder::new().prefix("workcell-broker-").tempdir().map_err(|e| format!("cannot create the broker directory: {e}"))?;
         // Owner only: the worker runs as the same uid; nobody else needs to connect.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
         let token = new_token()?;
         let socket = dir.path().join(SOCKET_NAME);
-        let std_listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| format!("cannot bind the broker socket: {e}"))?;
-        std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| format!("cannot bind the broker socket: {e}"))?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
         let state = AppState { service, token: Arc::new(token.clone()) };
+        Ok(Broker { dir, token, listener, state, running: std::sync::Mutex::new(None) })
+    }
+
+    /// Starts the server if it is not running yet.
+    pub fn serve(&self) -> Result<(), String> {
+        let mut running = self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if running.is_some() {
+            return Ok(());
+        }
+        // The server gets its own descriptor; ours stays valid for `wake_fd`.
+        let std_listener = self.listener.try_clone().map_err(|e| format!("cannot share the broker socket: {e}"))?;
+        let state = self.state.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("workcell-broker".into())
@@ -94,7 +125,8 @@ impl Broker {
                 });
             })
             .map_err(|e| format!("cannot start the broker thread: {e}"))?;
-        Ok(Broker { dir, token, shutdown: Some(tx), thread: Some(thread) })
+        *running = Some(Running { shutdown: tx, thread });
+        Ok(())
     }
 
     /// The host directory holding the socket (bind it at [`BROKER_DIR_IN_WORKER`]).
@@ -112,13 +144,24 @@ impl Broker {
     }
 }
 
+/// The bwrap supervisor polls the listening socket and starts the server on the first
+/// connection.
+impl crate::backend::OnDemand for Broker {
+    fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.listener)
+    }
+
+    fn start(&self) -> Result<(), String> {
+        self.serve()
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(tx) = self.shutdown.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let running = self.running.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(Running { shutdown, thread }) = running {
+            let _ = shutdown.send(());
+            let _ = thread.join();
         }
     }
 }
