@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use workcell::backend::cgroup::{Controller, Support};
+
 /// Whether `backend` works here; panics when `gate` is set to 1 and it does not.
 fn ready(backend: &str, gate: &str) -> bool {
     let result = match backend {
@@ -101,6 +103,40 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     f()
+}
+
+/// Whether `backend` enforces `c` here. Docker always does; bwrap needs a cgroup of its own,
+/// which `WORKCELL_REQUIRE_CGROUP=1` (set by CI) makes a requirement.
+fn enforces(backend: &str, c: Controller) -> bool {
+    if backend != "bwrap" {
+        return true;
+    }
+    match Support::detect().missing(c) {
+        None => true,
+        Some(why) if std::env::var("WORKCELL_REQUIRE_CGROUP").as_deref() == Ok("1") => panic!("WORKCELL_REQUIRE_CGROUP=1 but bwrap cannot enforce {c:?} here: {why}"),
+        Some(why) => {
+            eprintln!("note: bwrap cannot enforce {c:?} here ({why}); checking that the run says so");
+            false
+        }
+    }
+}
+
+/// The run recorded in `project`'s audit log left no cgroup behind.
+fn assert_no_cgroup_left(project: &Path) {
+    let log = std::fs::read_to_string(project.join(".workcell/audit.jsonl")).expect("audit log");
+    let run_ids: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("run_id").and_then(|r| r.as_str()).map(str::to_string))
+        .collect();
+    assert!(!run_ids.is_empty(), "no run in the audit log");
+    let support = Support::detect();
+    for place in [&support.memory, &support.pids, &support.cpu].into_iter().flatten() {
+        for id in &run_ids {
+            let dir = place.parent.join(format!("workcell-{id}"));
+            assert!(!dir.exists(), "cgroup left behind: {}", dir.display());
+        }
+    }
 }
 
 /// Test bodies shared by every backend.
@@ -222,6 +258,44 @@ mod body {
         assert!(gone, "worker still running after workcell was killed: {:?}", processes_with_arg(&marker));
     }
 
+    pub fn memory_hog_is_killed(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        let hog = "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo done ${#x}";
+        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--memory", "64m", "--timeout", "60s", "--", "sh", "-c", hog]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !enforces(backend, Controller::Memory) {
+            assert!(err.contains("not enforced") && err.contains("memory limit"), "an unenforced limit must be named: {err}");
+            return;
+        }
+        assert!(!stdout(&out).contains("done"), "the hog got its memory");
+        assert_ne!(out.status.code(), Some(0));
+        assert_ne!(out.status.code(), Some(124), "killed by the memory limit, not the timeout");
+        if backend == "bwrap" {
+            assert!(err.contains("more than its memory limit"), "the kill is explained: {err}");
+            assert_no_cgroup_left(&s.root);
+        }
+    }
+
+    pub fn fork_bomb_is_contained(backend: &str) {
+        let s = Scratch::new();
+        s.mkdir("in");
+        // 60 background processes against a limit of 20: some forks must fail.
+        let many = "for i in $(seq 60); do sleep 2 & done; wait; echo finished";
+        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--pids", "20", "--timeout", "60s", "--", "sh", "-c", many]);
+        let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+        if !enforces(backend, Controller::Pids) {
+            assert!(err.contains("not enforced") && err.contains("process limit"), "an unenforced limit must be named: {err}");
+            return;
+        }
+        assert!(err.contains("fork"), "60 processes started under a limit of 20: {err}");
+        // The host can still start processes.
+        assert!(std::process::Command::new("true").status().expect("spawn").success());
+        if backend == "bwrap" {
+            assert_no_cgroup_left(&s.root);
+        }
+    }
+
     pub fn exit_statuses(backend: &str) {
         let s = Scratch::new();
         let zone = s.mkdir("in");
@@ -270,6 +344,8 @@ backend_suite!(
         timeout_kills_everything,
         killing_workcell_kills_worker,
         exit_statuses,
+        memory_hog_is_killed,
+        fork_bomb_is_contained,
     ],
     {
         /// A server on the host loopback: with the network off the worker has its own
@@ -325,6 +401,59 @@ backend_suite!(
             assert_eq!(out.status.code(), Some(0));
             assert_eq!(server.join().expect("server thread").as_deref().map(str::trim), Some("ping"));
         }
+
+        /// Every limit lands in the cgroup the worker's processes live in, read from the
+        /// host while the worker runs; the cgroup is gone afterwards.
+        #[test]
+        fn limits_are_set_on_the_workers_cgroup() {
+            if !ready(BACKEND, GATE) || !(enforces(BACKEND, Controller::Memory) && enforces(BACKEND, Controller::Pids) && enforces(BACKEND, Controller::Cpu)) {
+                return;
+            }
+            let s = Scratch::new();
+            s.mkdir("in");
+            let marker = format!("0.{}", unique());
+            let mut child = workcell(BACKEND, &s.root)
+                .args(["--zone", "in=./in:ro", "--memory", "96m", "--pids", "33", "--cpus", "0.5", "--", "sleep", "30", &marker])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("start workcell");
+            // The worker's own process (workcell and bwrap carry the marker in their argv too).
+            let sleeper = || processes_with_arg(&marker).into_iter().find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
+            assert!(wait_until(Duration::from_secs(30), || sleeper().is_some()), "the worker never started");
+            let pid = sleeper().expect("worker pid");
+            let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("the worker's cgroups");
+            let support = Support::detect();
+            let mut dirs = Vec::new();
+            for (controller, place, file, want) in [
+                ("memory", &support.memory, if support.memory.as_ref().is_ok_and(|p| p.v2) { "memory.max" } else { "memory.limit_in_bytes" }, "100663296"),
+                ("pids", &support.pids, "pids.max", "33"),
+                ("cpu", &support.cpu, if support.cpu.as_ref().is_ok_and(|p| p.v2) { "cpu.max" } else { "cpu.cfs_quota_us" }, "50000"),
+            ] {
+                let place = place.as_ref().expect("supported");
+                let line = cgroups
+                    .lines()
+                    .find(|l| if place.v2 { l.starts_with("0::") } else { l.split(':').nth(1).is_some_and(|c| c.split(',').any(|x| x == controller)) })
+                    .unwrap_or_else(|| panic!("no {controller} line in {cgroups}"));
+                let name = line.rsplit('/').next().unwrap_or_default();
+                assert!(name.starts_with("workcell-"), "the worker is not in a run cgroup for {controller}: {line}");
+                let dir = place.parent.join(name);
+                let value = std::fs::read_to_string(dir.join(file)).expect("limit file");
+                assert!(value.trim().starts_with(want), "{controller}: {file} is {value:?}, want {want}");
+                dirs.push(dir);
+            }
+            child.kill().expect("stop workcell");
+            let _ = child.wait();
+            // Killed outright, workcell cannot clean up: the sandbox dies with it, and `gc`
+            // removes the empty cgroups later; here the test does.
+            assert!(wait_until(Duration::from_secs(10), || sleeper().is_none()), "the worker outlived workcell");
+            for d in &dirs {
+                assert!(wait_until(Duration::from_secs(10), || std::fs::remove_dir(d).is_ok() || !d.exists()), "cannot remove {}", d.display());
+            }
+            // A normal end removes the run's cgroups at once.
+            let out = run(BACKEND, &s.root, &["--zone", "in=./in:ro", "--pids", "33", "--", "true"]);
+            assert_eq!(out.status.code(), Some(0));
+            assert_no_cgroup_left(&s.root);
+        }
     }
 );
 
@@ -345,6 +474,8 @@ backend_suite!(
         timeout_kills_everything,
         killing_workcell_kills_worker,
         exit_statuses,
+        memory_hog_is_killed,
+        fork_bomb_is_contained,
     ],
     {
         fn fetch_script(ip: &str) -> String {

@@ -189,11 +189,15 @@ fn unenforced_limits_are_named() {
     let f = Fixture::new(ZONES, &[]);
     let mut plan = f.plan(None, Overrides::default());
     plan.limits.cpus = Some(1.5);
-    let lines = bwrap::unenforced_limits(&plan);
+    let none = workcell::backend::cgroup::Support::none("no writable cgroup here");
+    let lines = bwrap::unenforced_limits_with(&plan, &none);
     assert_eq!(lines.len(), 3, "{lines:?}");
-    assert!(lines.iter().any(|l| l.starts_with("memory limit")));
+    assert!(lines.iter().any(|l| l.starts_with("memory limit") && l.contains("no writable cgroup here")));
     assert!(lines.iter().any(|l| l.starts_with("cpu limit")));
     assert!(lines.iter().any(|l| l.starts_with("process limit") && l.contains("RLIMIT_NPROC")));
+    let place = Ok(workcell::backend::cgroup::Place { parent: "/sys/fs/cgroup/x".into(), v2: true });
+    let all = workcell::backend::cgroup::Support { memory: place.clone(), pids: place.clone(), cpu: place };
+    assert_eq!(bwrap::unenforced_limits_with(&plan, &all), Vec::<String>::new());
 }
 
 #[test]

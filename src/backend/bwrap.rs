@@ -148,6 +148,7 @@ pub fn plan_text(plan: &LaunchPlan) -> String {
         Err(_) => (PathBuf::from("bwrap"), BwrapFeatures::default()),
     };
     let mut out = format!("# bwrap command line (run id {})\n{}\n", plan.run_id, shell_line(&render_argv_with(plan, &bwrap, features)));
+    out.push_str(&format!("# limits: {}\n", super::cgroup::Support::detect().summary()));
     for w in unenforced_limits(plan) {
         out.push_str(&format!("# not enforced by bwrap: {w}\n"));
     }
@@ -155,25 +156,29 @@ pub fn plan_text(plan: &LaunchPlan) -> String {
 }
 
 /// Limits in `plan` that bwrap cannot enforce here, one human-readable line each.
-/// The timeout is always enforced (by workcell).
+/// The timeout is always enforced (by workcell); memory, cpus and pids need a cgroup of the
+/// run's own (see [`cgroup`](super::cgroup)).
 pub fn unenforced_limits(plan: &LaunchPlan) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(m) = plan.limits.memory_bytes {
-        out.push(format!(
-            "memory limit ({m} bytes): needs a cgroup, which a plain process cannot create without systemd/cgroup delegation; use the docker backend to enforce it"
-        ));
-    }
-    if let Some(c) = plan.limits.cpus {
-        out.push(format!("cpu limit ({c} cpus): needs a cgroup, which a plain process cannot create without delegation; use the docker backend to enforce it"));
-    }
-    if let Some(p) = plan.limits.pids {
-        // RLIMIT_NPROC counts every process of the uid on the whole host and is ignored for
-        // root, so setting it would either break unrelated work or do nothing.
-        out.push(format!(
-            "process limit ({p}): RLIMIT_NPROC is per host user (and ignored for root), so it is not set; the pid namespace still ends every process with the run; use the docker backend to enforce it"
-        ));
-    }
-    out
+    unenforced_limits_with(plan, super::cgroup::Support::detect())
+}
+
+/// [`unenforced_limits`] for a given cgroup support (pure).
+pub fn unenforced_limits_with(plan: &LaunchPlan, support: &super::cgroup::Support) -> Vec<String> {
+    use super::cgroup::Controller;
+    let l = &plan.limits;
+    super::cgroup::unenforceable(l, support)
+        .into_iter()
+        .map(|(c, why)| match c {
+            Controller::Memory => format!("memory limit ({} bytes): {why}; use the docker backend to enforce it", l.memory_bytes.unwrap_or_default()),
+            Controller::Cpu => format!("cpu limit ({} cpus): {why}; use the docker backend to enforce it", l.cpus.unwrap_or_default()),
+            // RLIMIT_NPROC counts every process of the uid on the whole host and is ignored
+            // for root, so it is no substitute.
+            Controller::Pids => format!(
+                "process limit ({}): {why} (RLIMIT_NPROC is per host user, so it is not used); the pid namespace still ends every process with the run; use the docker backend to enforce it",
+                l.pids.unwrap_or_default()
+            ),
+        })
+        .collect()
 }
 
 /// Limits the user asked for explicitly (not workcell's defaults) that bwrap cannot
@@ -397,6 +402,24 @@ mod runner {
         let fd_arg = status_w.as_raw_fd().to_string();
         argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
 
+        // Memory, cpu and process limits: a cgroup of the run's own. The sandbox waits on
+        // `--block-fd` until bwrap and its init are in it, so every process of the worker is
+        // born inside. A cgroup that was promised but cannot be made stops the run.
+        let cgroup = crate::backend::cgroup::RunCgroup::create(&plan.run_id, &plan.limits, crate::backend::cgroup::Support::detect())
+            .map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
+        let block = match &cgroup {
+            Some(_) => {
+                let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
+                argv.splice(1..1, [OsString::from("--block-fd"), OsString::from(r.as_raw_fd().to_string())]);
+                Some((r, w))
+            }
+            None => None,
+        };
+        let (block_r, mut block_w) = match block {
+            Some((r, w)) => (Some(r), Some(w)),
+            None => (None, None),
+        };
+
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
         let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
@@ -415,9 +438,12 @@ mod runner {
         // The write end is inheritable only around the spawn, and bwrap is the only process
         // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
         // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
-        rustix::io::fcntl_setfd(&status_w, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
+        for fd in std::iter::once(&status_w).chain(block_r.as_ref()) {
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
+        }
         let spawned = cmd.spawn();
         drop(status_w);
+        drop(block_r);
         let mut child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
         let bwrap_pid = child.id() as i32;
         let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
@@ -430,6 +456,7 @@ mod runner {
         let mut timed_out = false;
         let mut signalled: Option<i32> = None;
         let mut service_started = false;
+        let mut limit_failure: Option<String> = None;
         let status = loop {
             if let Some(s) = child.try_wait().map_err(|e| BackendError::Failed(format!("cannot wait for bwrap: {e}")))? {
                 break s;
@@ -465,6 +492,19 @@ mod runner {
             if ready.status {
                 if let Some((init_pid, pid_ns)) = report.read_available() {
                     sup.started(init_pid, pid_ns);
+                    if let (Some(cg), Some(w)) = (&cgroup, block_w.take()) {
+                        match cg.attach(bwrap_pid).and_then(|_| cg.attach(init_pid)) {
+                            // Release the sandbox.
+                            Ok(()) => drop(rustix::io::write(&w, b"1")),
+                            Err(e) => {
+                                sup.kill_all();
+                                // Keep the sandbox blocked until it is gone: closing the pipe
+                                // would release it.
+                                block_w = Some(w);
+                                limit_failure = Some(e);
+                            }
+                        }
+                    }
                 }
             }
             if ready.signal {
@@ -487,12 +527,19 @@ mod runner {
         // kill, make sure before reporting, so that "nothing left running" holds on return.
         sup.wait_init_gone();
 
+        if let Some(e) = limit_failure {
+            return Err(BackendError::Failed(format!("cannot enforce the run's limits, so the worker was stopped before it started: {e}")));
+        }
         if timed_out {
             let t = plan.timeout().map(|t| humantime::format_duration(t).to_string()).unwrap_or_default();
             eprintln!("workcell: the worker did not finish within {t}; it was stopped (exit {EXIT_TIMEOUT})");
             return Ok(EXIT_TIMEOUT);
         }
         if let Some(code) = report.exit_code() {
+            if code == 128 + 9 && cgroup.as_ref().is_some_and(|cg| cg.oom_killed()) {
+                let limit = plan.limits.memory_bytes.unwrap_or_default();
+                eprintln!("workcell: the worker was killed for using more than its memory limit ({limit} bytes); raise limits.memory if it needs more");
+            }
             return Ok(code);
         }
         if let Some(sig) = signalled {

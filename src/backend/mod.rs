@@ -23,6 +23,7 @@ pub enum BackendError {
 }
 
 pub mod bwrap;
+pub mod cgroup;
 pub mod docker;
 pub mod none;
 pub mod seatbelt;

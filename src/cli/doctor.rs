@@ -20,7 +20,13 @@ pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
     let seatbelt = crate::backend::seatbelt::probe();
     let ok = docker.error.is_none() || bwrap.is_ok() || seatbelt.is_ok();
     // Limits a fallback backend cannot enforce, named so nobody relies on them unknowingly.
-    let bwrap_limits = "memory and cpus limits need a cgroup (not enforced); pids: not enforced (RLIMIT_NPROC is per user); the pid namespace still ends every process with the run";
+    let support = crate::backend::cgroup::Support::detect();
+    let mut bwrap_limits = support.summary();
+    for (name, place) in [("memory", &support.memory), ("pids", &support.pids), ("cpus", &support.cpu)] {
+        if let Err(why) = place {
+            bwrap_limits.push_str(&format!("; {name}: not enforced: {why}"));
+        }
+    }
     if args.json {
         let v = serde_json::json!({
             "docker": docker,

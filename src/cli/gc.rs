@@ -1,4 +1,4 @@
-//! `workcell gc`: remove containers and images that interrupted runs left behind.
+//! `workcell gc`: remove containers, images and cgroups that interrupted runs left behind.
 
 use clap::Args;
 
@@ -18,6 +18,10 @@ pub struct GcArgs {
 
 /// Removes leftovers labelled `dev.workcell.managed=true` and prints what went.
 pub fn run(args: &GcArgs) -> Result<i32, CliError> {
+    // The bwrap backend's per-run cgroups of runs that were killed outright.
+    for dir in crate::backend::cgroup::remove_leftovers() {
+        eprintln!("removed cgroup {}", dir.display());
+    }
     let report = gc(args.all).map_err(|e| CliError::Failed(e.to_string()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
