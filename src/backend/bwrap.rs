@@ -184,7 +184,7 @@ pub fn unenforced_limits_with(plan: &LaunchPlan, support: &super::cgroup::Suppor
 /// Limits the user asked for explicitly (not workcell's defaults) that bwrap cannot
 /// enforce. Defaults are only logged, so that every run does not print the same warning.
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-fn explicit_unenforced(plan: &LaunchPlan) -> Vec<String> {
+fn explicit_unenforced(plan: &LaunchPlan, support: &super::cgroup::Support) -> Vec<String> {
     let mut quiet = plan.clone();
     if quiet.limits.memory_bytes == Some(DEFAULT_MEMORY) {
         quiet.limits.memory_bytes = None;
@@ -192,7 +192,7 @@ fn explicit_unenforced(plan: &LaunchPlan) -> Vec<String> {
     if quiet.limits.pids == Some(DEFAULT_PIDS) {
         quiet.limits.pids = None;
     }
-    unenforced_limits(&quiet)
+    unenforced_limits_with(&quiet, support)
 }
 
 /// A bwrap binary and what it supports.
@@ -388,10 +388,17 @@ mod runner {
                 m.target
             )));
         }
-        for w in explicit_unenforced(plan) {
+        // Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
+        // bwrap is born inside it (cgroup v1), or the sandbox waits on `--block-fd` until bwrap
+        // and its init have been moved in (v2); either way every process of the worker starts
+        // inside. A limit whose cgroup cannot be created here is named as not enforced; one
+        // that cannot be written or entered stops the run.
+        let (cgroup, support) = crate::backend::cgroup::RunCgroup::create(&plan.run_id, &plan.limits, &crate::backend::cgroup::Support::located())
+            .map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
+        for w in explicit_unenforced(plan, &support) {
             eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
         }
-        for w in unenforced_limits(plan) {
+        for w in unenforced_limits_with(plan, &support) {
             tracing::debug!("bwrap does not enforce: {w}");
         }
 
@@ -402,18 +409,13 @@ mod runner {
         let fd_arg = status_w.as_raw_fd().to_string();
         argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
 
-        // Memory, cpu and process limits: a cgroup of the run's own. The sandbox waits on
-        // `--block-fd` until bwrap and its init are in it, so every process of the worker is
-        // born inside. A cgroup that was promised but cannot be made stops the run.
-        let cgroup = crate::backend::cgroup::RunCgroup::create(&plan.run_id, &plan.limits, crate::backend::cgroup::Support::detect())
-            .map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
         let block = match &cgroup {
-            Some(_) => {
+            Some(cg) if cg.needs_attach() => {
                 let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
                 argv.splice(1..1, [OsString::from("--block-fd"), OsString::from(r.as_raw_fd().to_string())]);
                 Some((r, w))
             }
-            None => None,
+            _ => None,
         };
         let (block_r, mut block_w) = match block {
             Some((r, w)) => (Some(r), Some(w)),
@@ -441,7 +443,10 @@ mod runner {
         for fd in std::iter::once(&status_w).chain(block_r.as_ref()) {
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
         }
-        let spawned = cmd.spawn();
+        let spawned = match &cgroup {
+            Some(cg) => cg.spawn_inside(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?,
+            None => cmd.spawn(),
+        };
         drop(status_w);
         drop(block_r);
         let mut child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;

@@ -8,7 +8,16 @@
 //!
 //! [`Support::detect`] reads `/proc/self/cgroup` and `/proc/self/mountinfo`; the parsing is
 //! pure ([`Support::from_proc`]) and unit-tested. [`RunCgroup`] creates the directories,
-//! writes the limits, moves the sandbox in and removes everything again.
+//! writes the limits, puts the sandbox in and removes everything again.
+//!
+//! Getting the sandbox in: moving a process into a cgroup (a pid written to `cgroup.procs`)
+//! takes the kernel's global threadgroup lock for writing, which waits for an RCU grace
+//! period — 5 to 15 ms on the machines we measured, more than bwrap's whole start. A thread
+//! that moves *itself* (`0` written to a v1 `tasks` file) skips that lock. So on cgroup v1 the
+//! spawning thread steps into the run's cgroups, starts bwrap (which is born there, with
+//! everything it starts), and steps back out ([`RunCgroup::spawn_inside`]). cgroup v2 has no
+//! per-thread move for domain cgroups, so there bwrap and its init are moved after the spawn
+//! while the sandbox waits ([`RunCgroup::attach`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -63,14 +72,19 @@ impl Support {
         Support { memory: Err(reason.into()), pids: Err(reason.into()), cpu: Err(reason.into()) }
     }
 
-    /// This process's support, detected once per process.
+    /// This process's support, detected once per process and verified by creating (and
+    /// removing) a probe cgroup per controller: what `plan`, `doctor` and `gc` report.
     pub fn detect() -> &'static Support {
         static SUPPORT: std::sync::OnceLock<Support> = std::sync::OnceLock::new();
-        SUPPORT.get_or_init(|| {
-            let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-            let found = Support::from_proc(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"));
-            found.verified()
-        })
+        SUPPORT.get_or_init(|| Support::located().verified())
+    }
+
+    /// Where this process's cgroups are, from `/proc/self`, without the probe: a run tries
+    /// its own cgroup directly ([`RunCgroup::create`]), which answers the same question for
+    /// the price of one mkdir instead of two mkdirs and an rmdir per controller.
+    pub fn located() -> Support {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        Support::from_proc(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"))
     }
 
     /// Where each controller lives, from `/proc/self/cgroup` and `/proc/self/mountinfo`
@@ -109,16 +123,13 @@ impl Support {
         let check = |c: Controller, p: Result<Place, String>| -> Result<Place, String> {
             let p = p?;
             let probe = p.parent.join(format!("workcell-probe-{}", std::process::id()));
-            if let Err(e) = std::fs::create_dir(&probe) {
-                return Err(format!("cannot create a cgroup under {}: {e} (needs root on cgroup v1, or a delegated cgroup v2 subtree)", p.parent.display()));
-            }
-            let file = limit_file(c, p.v2);
-            let ok = probe.join(file).exists();
+            std::fs::create_dir(&probe).map_err(|e| cannot_create(&p, &e))?;
+            let ok = probe.join(limit_file(c, p.v2)).exists();
             let _ = std::fs::remove_dir(&probe);
             if ok {
                 Ok(p)
             } else {
-                Err(format!("the {} controller is not enabled for cgroups under {} (cgroup v2: it is not delegated here)", c.name(), p.parent.display()))
+                Err(not_enabled(c, &p))
             }
         };
         Support { memory: check(Controller::Memory, self.memory), pids: check(Controller::Pids, self.pids), cpu: check(Controller::Cpu, self.cpu) }
@@ -129,6 +140,14 @@ impl Support {
             Controller::Memory => &self.memory,
             Controller::Pids => &self.pids,
             Controller::Cpu => &self.cpu,
+        }
+    }
+
+    fn get_mut(&mut self, c: Controller) -> &mut Result<Place, String> {
+        match c {
+            Controller::Memory => &mut self.memory,
+            Controller::Pids => &mut self.pids,
+            Controller::Cpu => &mut self.cpu,
         }
     }
 
@@ -149,6 +168,14 @@ impl Support {
             format!("enforced with a cgroup per run: {}", on.join(", "))
         }
     }
+}
+
+fn cannot_create(p: &Place, e: &std::io::Error) -> String {
+    format!("cannot create a cgroup under {}: {e} (needs root on cgroup v1, or a delegated cgroup v2 subtree)", p.parent.display())
+}
+
+fn not_enabled(c: Controller, p: &Place) -> String {
+    format!("the {} controller is not enabled for cgroups under {} (cgroup v2: it is not delegated here)", c.name(), p.parent.display())
 }
 
 /// The file that sets `c`'s limit (its presence shows the controller is enabled).
@@ -228,14 +255,29 @@ pub fn unenforceable(limits: &Limits, support: &Support) -> Vec<(Controller, Str
 /// A run's own cgroup (one directory per controller used); removed on drop.
 #[derive(Debug)]
 pub struct RunCgroup {
-    dirs: Vec<(Controller, PathBuf, bool)>,
+    dirs: Vec<Dir>,
+}
+
+/// One controller's directory of a run's cgroup.
+#[derive(Debug)]
+struct Dir {
+    controller: Controller,
+    path: PathBuf,
+    /// This process's own cgroup in that hierarchy, where the spawning thread returns to.
+    parent: PathBuf,
+    v2: bool,
 }
 
 impl RunCgroup {
-    /// Creates `workcell-RUN_ID` for every limit of `limits` that `support` can enforce, and
-    /// writes the limits. `None` when there is nothing to enforce.
-    pub fn create(run_id: &str, limits: &Limits, support: &Support) -> Result<Option<RunCgroup>, String> {
+    /// Creates `workcell-RUN_ID` for every limit of `limits` that `support` places, and writes
+    /// the limits. A controller whose cgroup cannot be created here (no permission, not
+    /// delegated) is not an error: the returned [`Support`] says why it is not enforced, as the
+    /// probe of [`Support::detect`] would. Failing to write a limit into a created cgroup is an
+    /// error. The cgroup is `None` when there is nothing to enforce.
+    pub fn create(run_id: &str, limits: &Limits, support: &Support) -> Result<(Option<RunCgroup>, Support), String> {
         let mut cg = RunCgroup { dirs: Vec::new() };
+        let mut effective = support.clone();
+        let mut created: Vec<PathBuf> = Vec::new();
         let name = format!("workcell-{run_id}");
         // cpus as a CFS quota per period; the kernel's minimum quota is 1 ms.
         let wanted: [(Controller, Option<String>); 3] = [
@@ -243,17 +285,41 @@ impl RunCgroup {
             (Controller::Pids, limits.pids.map(|p| p.to_string())),
             (Controller::Cpu, limits.cpus.map(|c| ((c * CPU_PERIOD_US as f64).round().max(1000.0) as u64).to_string())),
         ];
+        let mut result = Ok(());
         for (c, value) in wanted {
             let (Some(value), Ok(place)) = (value, support.get(c)) else { continue };
             let dir = place.parent.join(&name);
             // One cgroup directory can carry several v2 controllers.
-            if !cg.dirs.iter().any(|(_, d, _)| *d == dir) {
-                std::fs::create_dir(&dir).map_err(|e| format!("cannot create the cgroup {}: {e}", dir.display()))?;
+            if !created.contains(&dir) {
+                match std::fs::create_dir(&dir) {
+                    Ok(()) => created.push(dir.clone()),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        result = Err(format!("the cgroup {} already exists", dir.display()));
+                        break;
+                    }
+                    Err(e) => {
+                        *effective.get_mut(c) = Err(cannot_create(place, &e));
+                        continue;
+                    }
+                }
             }
-            cg.dirs.push((c, dir.clone(), place.v2));
-            cg.write_limit(c, &dir, place.v2, &value)?;
+            if !dir.join(limit_file(c, place.v2)).exists() {
+                *effective.get_mut(c) = Err(not_enabled(c, place));
+                continue;
+            }
+            cg.dirs.push(Dir { controller: c, path: dir.clone(), parent: place.parent.clone(), v2: place.v2 });
+            result = cg.write_limit(c, &dir, place.v2, &value);
+            if result.is_err() {
+                break;
+            }
         }
-        Ok((!cg.dirs.is_empty()).then_some(cg))
+        // A directory whose every controller turned out disabled carries nothing (the others
+        // go when `cg` is dropped).
+        for dir in created.iter().filter(|d| !cg.dirs.iter().any(|x| x.path == **d)) {
+            let _ = std::fs::remove_dir(dir);
+        }
+        result?;
+        Ok(((!cg.dirs.is_empty()).then_some(cg), effective))
     }
 
     fn write_limit(&self, c: Controller, dir: &Path, v2: bool, value: &str) -> Result<(), String> {
@@ -279,24 +345,64 @@ impl RunCgroup {
         }
     }
 
-    /// Moves process `pid` into the run's cgroups; its later children are born there.
-    pub fn attach(&self, pid: i32) -> Result<(), String> {
-        let mut done: Vec<&Path> = Vec::new();
-        for (_, dir, _) in &self.dirs {
-            if done.contains(&dir.as_path()) {
-                continue;
+    /// The directories, each once (co-mounted v1 controllers share one).
+    fn unique_dirs(&self) -> Vec<&Dir> {
+        let mut out: Vec<&Dir> = Vec::new();
+        for d in &self.dirs {
+            if !out.iter().any(|x| x.path == d.path) {
+                out.push(d);
             }
-            std::fs::write(dir.join("cgroup.procs"), pid.to_string()).map_err(|e| format!("cannot move process {pid} into the cgroup {}: {e}", dir.display()))?;
-            done.push(dir);
+        }
+        out
+    }
+
+    /// Runs `spawn` with the calling thread inside the run's cgroup v1 directories, so that
+    /// the process it starts is born there, then moves the thread back. Only this thread
+    /// moves (`0` written to `tasks`), which, unlike moving a process, does not wait for an
+    /// RCU grace period. Fails, without calling `spawn`, when the thread cannot move in.
+    pub fn spawn_inside<T>(&self, spawn: impl FnOnce() -> T) -> Result<T, String> {
+        let v1: Vec<&Dir> = self.unique_dirs().into_iter().filter(|d| !d.v2).collect();
+        let move_thread = |to: &Path| std::fs::write(to.join("tasks"), "0").map_err(|e| format!("cannot move workcell's thread into the cgroup {}: {e}", to.display()));
+        let mut entered = 0;
+        let mut result = Ok(());
+        for d in &v1 {
+            result = move_thread(&d.path);
+            if result.is_err() {
+                break;
+            }
+            entered += 1;
+        }
+        let spawned = result.map(|()| spawn());
+        for d in &v1[..entered] {
+            // The thread's own cgroup accepted it a moment ago; if it does not now, the run
+            // still has its limits, but its cgroup cannot be removed while the thread is in.
+            if let Err(e) = move_thread(&d.parent) {
+                tracing::warn!("{e}");
+            }
+        }
+        spawned
+    }
+
+    /// Whether processes must be moved in after the spawn ([`RunCgroup::attach`]): cgroup v2,
+    /// where the spawning thread cannot step in by itself.
+    pub fn needs_attach(&self) -> bool {
+        self.dirs.iter().any(|d| d.v2)
+    }
+
+    /// Moves process `pid` into the run's cgroup v2 directory; its later children are born
+    /// there. (The v1 directories are entered at spawn time, see [`RunCgroup::spawn_inside`].)
+    pub fn attach(&self, pid: i32) -> Result<(), String> {
+        for d in self.unique_dirs().into_iter().filter(|d| d.v2) {
+            std::fs::write(d.path.join("cgroup.procs"), pid.to_string()).map_err(|e| format!("cannot move process {pid} into the cgroup {}: {e}", d.path.display()))?;
         }
         Ok(())
     }
 
     /// Whether the kernel killed a process of the run for exceeding the memory limit.
     pub fn oom_killed(&self) -> bool {
-        self.dirs.iter().filter(|(c, _, _)| *c == Controller::Memory).any(|(_, dir, v2)| {
-            let file = if *v2 { "memory.events" } else { "memory.oom_control" };
-            std::fs::read_to_string(dir.join(file))
+        self.dirs.iter().filter(|d| d.controller == Controller::Memory).any(|d| {
+            let file = if d.v2 { "memory.events" } else { "memory.oom_control" };
+            std::fs::read_to_string(d.path.join(file))
                 .unwrap_or_default()
                 .lines()
                 .any(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0))
@@ -305,7 +411,7 @@ impl RunCgroup {
 
     /// The controllers in use, for messages.
     pub fn controllers(&self) -> Vec<&'static str> {
-        self.dirs.iter().map(|(c, _, _)| c.name()).collect()
+        self.dirs.iter().map(|d| d.controller.name()).collect()
     }
 }
 
@@ -314,7 +420,8 @@ impl Drop for RunCgroup {
     /// which can trail the sandbox's exit by a moment.
     fn drop(&mut self) {
         let until = Instant::now() + REMOVE_WAIT;
-        for (_, dir, _) in &self.dirs {
+        for d in self.unique_dirs() {
+            let dir = &d.path;
             loop {
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
