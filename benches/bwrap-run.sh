@@ -4,11 +4,19 @@
 #
 # Usage: benches/bwrap-run.sh [WORKCELL_BINARY] [RUNS]
 #   WORKCELL_BINARY  default: target/release/workcell (build with `cargo build --release`)
-#   RUNS             default: 50 (hyperfine, 5 warmup runs, no intermediate shell)
+#   RUNS             default: 60 per command and mode
+#
+# Two modes, each with hyperfine -N in alternating blocks (raw, workcell, workcell, raw, ...)
+# so that the drift of a shared machine hits both sides alike:
+#   back-to-back  runs follow each other at once (hyperfine's usual way);
+#   isolated      a 100 ms pause before every run, as when a person or an agent starts one
+#                 command. This mode shows costs that back-to-back runs hide, such as the
+#                 kernel's RCU grace period when a process is moved into a cgroup (which a
+#                 run that follows within a few milliseconds does not wait for again).
 set -euo pipefail
 
 workcell=$(realpath "${1:-target/release/workcell}")
-runs=${2:-50}
+runs=${2:-60}
 command -v hyperfine >/dev/null || { echo "hyperfine is required (apt-get install hyperfine)" >&2; exit 1; }
 
 dir=$(mktemp -d)
@@ -25,18 +33,30 @@ YAML
 
 raw=$("$workcell" plan --backend bwrap -- true | sed -n 2p)
 echo "raw bwrap command: $raw"
-hyperfine -N --warmup 5 --runs "$runs" --export-markdown "$dir/result.md" --export-json "$dir/result.json" \
-  -n "raw bwrap" "$raw" \
-  -n "workcell run --backend bwrap" "$workcell run --backend bwrap --zone in=./in:ro --zone out=./out:rw -- true" \
-  -n "workcell run --backend bwrap --no-broker" "$workcell run --backend bwrap --no-broker --zone in=./in:ro --zone out=./out:rw -- true"
-python3 - "$dir/result.json" <<'PY'
-import json, sys
-r = {x["command"]: x for x in json.load(open(sys.argv[1]))["results"]}
-raw = r["raw bwrap"]
-print(f"raw bwrap: mean {raw['mean']*1e3:.2f} ms, median {raw['median']*1e3:.2f} ms")
-# The raw line has no broker mount, so `--no-broker` is the like-for-like comparison; the
-# default run (with the broker) shows what the broker costs on top.
-for name in ["workcell run --backend bwrap --no-broker", "workcell run --backend bwrap"]:
-    wc = r[name]
-    print(f"{name}: mean {wc['mean']*1e3:.2f} ms, median {wc['median']*1e3:.2f} ms, ratio mean {wc['mean']/raw['mean']:.2f}x, median {wc['median']/raw['median']:.2f}x")
+"$workcell" plan --backend bwrap -- true | grep '^# limits' || true
+python3 - "$runs" "$raw" "$workcell" <<'PY'
+import json, shlex, statistics, subprocess, sys, tempfile
+runs, raw, wc = int(sys.argv[1]), sys.argv[2], shlex.quote(sys.argv[3])
+zones = "--zone in=./in:ro --zone out=./out:rw -- true"
+cmds = {
+    "raw bwrap": raw,
+    # The raw line has no broker mount, so `--no-broker` is the like-for-like comparison;
+    # the default run (with the broker) shows what the broker costs on top.
+    "workcell --no-broker": f"{wc} run --backend bwrap --no-broker {zones}",
+    "workcell (broker)": f"{wc} run --backend bwrap {zones}",
+}
+blocks = 6
+per = max(runs // blocks, 2)
+for mode, extra in [("back-to-back", ["--warmup", "3"]), ("isolated", ["--prepare", "sleep 0.1"])]:
+    times = {n: [] for n in cmds}
+    for b in range(blocks):
+        for name in (list(cmds) if b % 2 == 0 else list(cmds)[::-1]):
+            out = tempfile.NamedTemporaryFile(suffix=".json")
+            subprocess.run(["hyperfine", "-N", "--runs", str(per), *extra, "--export-json", out.name, cmds[name]], check=True, capture_output=True)
+            times[name] += [t * 1e3 for t in json.load(open(out.name))["results"][0]["times"]]
+    base = statistics.median(times["raw bwrap"])
+    print(f"{mode} ({len(times['raw bwrap'])} runs each):")
+    for name, t in times.items():
+        m = statistics.median(t)
+        print(f"  {name:22s} median {m:6.2f} ms  mean {statistics.mean(t):6.2f} ms  ratio (median) {m / base:.2f}x")
 PY

@@ -441,6 +441,20 @@ backend_suite!(
                 assert!(value.trim().starts_with(want), "{controller}: {file} is {value:?}, want {want}");
                 dirs.push(dir);
             }
+            // bwrap and the sandbox's init are inside too (nothing of the sandbox was born
+            // outside), while every thread of workcell itself is back in its own cgroup.
+            let run_cgroup = |p: &str| std::fs::read_to_string(p).unwrap_or_default().lines().filter(|l| l.contains("/workcell-")).count();
+            let bwraps: Vec<u32> = processes_with_arg(&marker).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "bwrap")).collect();
+            assert!(!bwraps.is_empty(), "no bwrap process found");
+            for p in &bwraps {
+                // One line per v1 hierarchy; v2 has one line for all controllers.
+                let hierarchies = dirs.iter().collect::<std::collections::HashSet<_>>().len();
+                assert_eq!(run_cgroup(&format!("/proc/{p}/cgroup")), hierarchies, "bwrap process {p} is not in every run cgroup");
+            }
+            let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).expect("workcell's threads");
+            for t in tasks.flatten() {
+                assert_eq!(run_cgroup(&format!("{}/cgroup", t.path().display())), 0, "workcell thread {:?} stayed in the run cgroup", t.file_name());
+            }
             child.kill().expect("stop workcell");
             let _ = child.wait();
             // Killed outright, workcell cannot clean up: the sandbox dies with it, and `gc`
