@@ -406,7 +406,7 @@ backend_suite!(
         /// host while the worker runs; the cgroup is gone afterwards.
         #[test]
         fn limits_are_set_on_the_workers_cgroup() {
-            if !ready(BACKEND, GATE) || !(enforces(BACKEND, Controller::Memory) && enforces(BACKEND, Controller::Pids) && enforces(BACKEND, Controller::Cpu)) {
+            if !(ready(BACKEND, GATE) && enforces(BACKEND, Controller::Memory) && enforces(BACKEND, Controller::Pids) && enforces(BACKEND, Controller::Cpu)) {
                 return;
             }
             let s = Scratch::new();

@@ -198,6 +198,43 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
     assert!(events.iter().filter(|e| e["event"] == "tool_call" && e["tool"] == "shell").count() == 4, "{events:?}");
 }
 
+/// A child worker's own limits hold in its sandbox: 60 background processes against its
+/// limit of 20 (docker: the child's container; bwrap: the child run's own cgroup).
+fn child_worker_limits_hold(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    if backend == "bwrap" && workcell::backend::cgroup::Support::detect().missing(workcell::backend::cgroup::Controller::Pids).is_some() {
+        assert!(!required("WORKCELL_REQUIRE_CGROUP"), "cgroup limits are required (WORKCELL_REQUIRE_CGROUP=1) but unavailable");
+        eprintln!("skipped: no cgroup for bwrap runs here");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("data")).expect("mkdir");
+    let parent = worker(
+        "workers: [bomber]\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n",
+        &format!(r#"{CURL} --data-binary '{{"name":"bomber","input":"go"}}' http://workcell/v1/tools/call_worker; echo"#),
+    );
+    let bomber = worker("limits: {pids: 20, timeout: 60s}\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n", "echo BOMBER-STARTED; for i in $(seq 60); do sleep 2 & done; wait");
+    write_project(tmp.path(), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", &[("parent", &parent), ("bomber", &bomber)]);
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell")).args(["run", "--approve-all", "--backend", backend, "parent"]).current_dir(tmp.path()).output().expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("BOMBER-STARTED"), "the child ran: {stdout}");
+    // The shell reports the fork that failed (and gives up).
+    assert!(stdout.to_lowercase().contains("fork"), "60 processes started under the child's limit of 20: {stdout}");
+    if backend == "bwrap" {
+        // No cgroup of the child's (or the parent's) run is left behind.
+        let runs: Vec<String> = audit(tmp.path()).iter().filter_map(|e| e["run_id"].as_str().map(str::to_string)).collect();
+        let support = workcell::backend::cgroup::Support::detect();
+        for place in [&support.memory, &support.pids, &support.cpu].into_iter().flatten() {
+            for run in &runs {
+                assert!(!place.parent.join(format!("workcell-{run}")).exists(), "cgroup of run {run} left under {}", place.parent.display());
+            }
+        }
+    }
+}
+
 fn no_broker_means_no_socket_and_no_token(backend: &str) {
     if !available(backend) {
         return;
@@ -231,6 +268,8 @@ macro_rules! suite {
             fn denied_write_changes_nothing() { super::denied_write_changes_nothing(stringify!($backend)) }
             #[test]
             fn delegation_derives_the_child_sandbox() { super::delegation_derives_the_child_sandbox(stringify!($backend)) }
+            #[test]
+            fn child_worker_limits_hold() { super::child_worker_limits_hold(stringify!($backend)) }
             #[test]
             fn no_broker_means_no_socket_and_no_token() { super::no_broker_means_no_socket_and_no_token(stringify!($backend)) }
             #[test]

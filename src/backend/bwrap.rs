@@ -374,11 +374,17 @@ mod runner {
     use std::time::Instant;
 
     use super::*;
+    use crate::backend::cgroup::{RunCgroup, Support};
     use crate::backend::{OnDemand, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
-    /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
-    /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
-    pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
+    /// The bwrap binary for `plan` and the run's cgroup, with the limits it cannot enforce.
+    ///
+    /// Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
+    /// bwrap is born inside it (cgroup v1), or the sandbox waits on `--block-fd` until bwrap
+    /// and its init have been moved in (v2); either way every process of the worker starts
+    /// inside. A limit whose cgroup cannot be created here is named as not enforced; one that
+    /// cannot be written or entered stops the run.
+    fn prepare(plan: &LaunchPlan) -> Result<(&'static Located, Option<RunCgroup>, Support), BackendError> {
         let located = locate()?;
         if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
             return Err(BackendError::Failed(format!(
@@ -388,18 +394,89 @@ mod runner {
                 m.target
             )));
         }
-        // Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
-        // bwrap is born inside it (cgroup v1), or the sandbox waits on `--block-fd` until bwrap
-        // and its init have been moved in (v2); either way every process of the worker starts
-        // inside. A limit whose cgroup cannot be created here is named as not enforced; one
-        // that cannot be written or entered stops the run.
-        let (cgroup, support) = crate::backend::cgroup::RunCgroup::create(&plan.run_id, &plan.limits, &crate::backend::cgroup::Support::located())
-            .map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
-        for w in explicit_unenforced(plan, &support) {
-            eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
-        }
+        let (cgroup, support) = RunCgroup::create(&plan.run_id, &plan.limits, &Support::located()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
         for w in unenforced_limits_with(plan, &support) {
             tracing::debug!("bwrap does not enforce: {w}");
+        }
+        Ok((located, cgroup, support))
+    }
+
+    /// Runs the plan under bwrap with its output captured (the shell tool, child workers):
+    /// the same sandbox, limits and timeout as [`run`], without a terminal or signal
+    /// forwarding.
+    pub(super) fn run_captured(plan: &LaunchPlan) -> Result<crate::backend::Captured, BackendError> {
+        let (located, cgroup, support) = prepare(plan)?;
+        let mut argv = render_argv_with(plan, &located.path, located.features);
+        // cgroup v2: bwrap reports its init pid on the status pipe and waits on the block pipe
+        // until both are in the cgroup.
+        let handshake = match &cgroup {
+            Some(cg) if cg.needs_attach() => {
+                let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")));
+                let ((status_r, status_w), (block_r, block_w)) = (pipe()?, pipe()?);
+                let args = ["--json-status-fd".to_string(), status_w.as_raw_fd().to_string(), "--block-fd".to_string(), block_r.as_raw_fd().to_string()];
+                argv.splice(1..1, args.map(OsString::from));
+                Some((status_r, status_w, block_r, block_w))
+            }
+            _ => None,
+        };
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).env_clear();
+        let spawn = |cmd: &mut Command| -> Result<std::process::Child, BackendError> {
+            let fail = |e: String| BackendError::Failed(format!("cannot start {}: {e}", located.path.display()));
+            let Some(cg) = &cgroup else { return cmd.spawn().map_err(|e| fail(e.to_string())) };
+            let Some((status_r, status_w, block_r, block_w)) = handshake else {
+                return cg.spawn_inside(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?.map_err(|e| fail(e.to_string()));
+            };
+            // Inheritable only around the spawn (see `run`).
+            for fd in [&status_w, &block_r] {
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| fail(e.to_string()))?;
+            }
+            let spawned = cmd.spawn();
+            drop((status_w, block_r));
+            let mut child = spawned.map_err(|e| fail(e.to_string()))?;
+            let mut report = StatusPipe::new(status_r);
+            let until = Instant::now() + KILL_WAIT;
+            let attached = loop {
+                if let Some((init_pid, _)) = report.read_available() {
+                    break cg.attach(child.id() as i32).and_then(|()| cg.attach(init_pid));
+                }
+                let left = until.saturating_duration_since(Instant::now());
+                // bwrap gone before reporting its init: nothing to move, it failed on its own.
+                let Some(fd) = report.fd().filter(|_| !left.is_zero()) else { break Ok(()) };
+                let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                let timeout = rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
+                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+            };
+            match attached {
+                Ok(()) => {
+                    let _ = rustix::io::write(&block_w, b"1");
+                    Ok(child)
+                }
+                Err(e) => {
+                    // The sandbox is still blocked: nothing of the worker ran.
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    Err(BackendError::Failed(format!("cannot enforce the run's limits, so the command was stopped before it started: {e}")))
+                }
+            }
+        };
+        let mut out = crate::backend::capture_with(cmd, plan.limits.timeout, spawn)?;
+        if let Some(w) = explicit_unenforced(plan, &support).first() {
+            out.stderr.extend_from_slice(format!("workcell: warning: not enforced by the bwrap backend: {w}\n").as_bytes());
+        }
+        if out.exit_code == 128 + 9 && cgroup.as_ref().is_some_and(RunCgroup::oom_killed) {
+            let limit = plan.limits.memory_bytes.unwrap_or_default();
+            out.stderr.extend_from_slice(format!("workcell: the command was killed for using more than its memory limit ({limit} bytes)\n").as_bytes());
+        }
+        Ok(out)
+    }
+
+    /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
+    /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
+    pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
+        let (located, cgroup, support) = prepare(plan)?;
+        for w in explicit_unenforced(plan, &support) {
+            eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
         }
 
         // bwrap reports the sandbox's init pid and, when the command ran, its exit code on this
@@ -895,21 +972,19 @@ fn host_path_in_view(plan: &LaunchPlan, p: &str, depth: u8) -> View {
     View::Absent
 }
 
-/// Runs the plan under bwrap with output captured (the shell tool, child workers). The
-/// timeout kills bwrap's whole process group; `--die-with-parent` and the pid namespace take
-/// every process of the sandbox with it.
+/// Runs the plan under bwrap with output captured (the shell tool, child workers), with the
+/// same per-run cgroup limits as [`run`]. The timeout kills bwrap's whole process group;
+/// `--die-with-parent` and the pid namespace take every process of the sandbox with it.
 pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
-    let located = locate()?;
-    if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
-        return Err(BackendError::Failed(format!("refusing to run {}: it lies inside the zone directory {}", located.path.display(), m.target)));
+    #[cfg(target_os = "linux")]
+    {
+        runner::run_captured(plan)
     }
-    let argv = render_argv_with(plan, &located.path, located.features);
-    let Some((prog, args)) = argv.split_first() else {
-        return Err(BackendError::Failed("empty bwrap command line".into()));
-    };
-    let mut cmd = std::process::Command::new(prog);
-    cmd.args(args).env_clear();
-    super::capture(cmd, plan.limits.timeout)
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = plan;
+        Err(BackendError::Unavailable { backend: "bwrap", reason: "bubblewrap runs only on Linux".into(), fix: "On macOS use the docker or seatbelt backend.".into() })
+    }
 }
 
 #[cfg(test)]

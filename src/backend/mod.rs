@@ -151,11 +151,20 @@ pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, B
 
 /// Runs `cmd` in its own process group with output captured; after `timeout` the whole
 /// group is killed and `timed_out` is set (exit 124).
-pub(crate) fn capture(mut cmd: std::process::Command, timeout: Option<std::time::Duration>) -> Result<Captured, BackendError> {
+pub(crate) fn capture(cmd: std::process::Command, timeout: Option<std::time::Duration>) -> Result<Captured, BackendError> {
+    capture_with(cmd, timeout, |cmd| cmd.spawn().map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program()))))
+}
+
+/// [`capture`] with the process started by `spawn` (which may put it into a cgroup first).
+pub(crate) fn capture_with(
+    mut cmd: std::process::Command,
+    timeout: Option<std::time::Duration>,
+    spawn: impl FnOnce(&mut std::process::Command) -> Result<std::process::Child, BackendError>,
+) -> Result<Captured, BackendError> {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let child = cmd.spawn().map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program())))?;
+    let child = spawn(&mut cmd)?;
     let pid = child.id();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
