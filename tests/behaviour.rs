@@ -122,7 +122,8 @@ fn enforces(backend: &str, c: Controller) -> bool {
 }
 
 /// The run recorded in `project`'s audit log left no cgroup behind.
-fn assert_no_cgroup_left(project: &Path) {
+/// The cgroup directories the runs in `project`'s audit log would have used.
+fn run_cgroup_dirs(project: &Path) -> Vec<PathBuf> {
     let log = std::fs::read_to_string(project.join(".workcell/audit.jsonl")).expect("audit log");
     let run_ids: Vec<String> = log
         .lines()
@@ -131,11 +132,13 @@ fn assert_no_cgroup_left(project: &Path) {
         .collect();
     assert!(!run_ids.is_empty(), "no run in the audit log");
     let support = Support::detect();
-    for place in [&support.memory, &support.pids, &support.cpu].into_iter().flatten() {
-        for id in &run_ids {
-            let dir = place.parent.join(format!("workcell-{id}"));
-            assert!(!dir.exists(), "cgroup left behind: {}", dir.display());
-        }
+    let places = [&support.memory, &support.pids, &support.cpu].into_iter().flatten();
+    places.flat_map(|p| run_ids.iter().map(|id| p.parent.join(format!("workcell-{id}")))).collect()
+}
+
+fn assert_no_cgroup_left(project: &Path) {
+    for dir in run_cgroup_dirs(project) {
+        assert!(!dir.exists(), "cgroup left behind: {}", dir.display());
     }
 }
 
@@ -256,6 +259,13 @@ mod body {
         let _ = child.wait();
         let gone = wait_until(Duration::from_secs(10), || processes_with_arg(&marker).is_empty());
         assert!(gone, "worker still running after workcell was killed: {:?}", processes_with_arg(&marker));
+        if backend == "bwrap" {
+            // Killed outright, workcell leaves its empty cgroups for `workcell gc`; the test
+            // removes them itself (gc leaves cgroups younger than a minute alone).
+            for dir in run_cgroup_dirs(&s.root).iter().filter(|d| d.exists()) {
+                assert!(wait_until(Duration::from_secs(10), || std::fs::remove_dir(dir).is_ok() || !dir.exists()), "cannot remove {}", dir.display());
+            }
+        }
     }
 
     pub fn memory_hog_is_killed(backend: &str) {
