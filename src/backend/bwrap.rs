@@ -436,8 +436,10 @@ mod runner {
             let mut child = spawned.map_err(|e| fail(e.to_string()))?;
             let mut report = StatusPipe::new(status_r);
             let until = Instant::now() + KILL_WAIT;
+            let mut init = None;
             let attached = loop {
                 if let Some((init_pid, _)) = report.read_available() {
+                    init = Some(init_pid);
                     break cg.attach(child.id() as i32).and_then(|()| cg.attach(init_pid));
                 }
                 let left = until.saturating_duration_since(Instant::now());
@@ -453,15 +455,21 @@ mod runner {
                     Ok(child)
                 }
                 Err(e) => {
-                    // The sandbox is still blocked: nothing of the worker ran.
+                    // The sandbox is still blocked: nothing of the worker ran. Its init goes
+                    // first (bwrap, its parent, is alive, so the pid cannot have been reused),
+                    // then bwrap; only then may the block pipe close.
+                    if let Some(p) = init.and_then(rustix::process::Pid::from_raw) {
+                        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                    }
                     let _ = child.kill();
                     let _ = child.wait();
+                    drop(block_w);
                     Err(BackendError::Failed(format!("cannot enforce the run's limits, so the command was stopped before it started: {e}")))
                 }
             }
         };
         let mut out = crate::backend::capture_with(cmd, plan.limits.timeout, spawn)?;
-        if let Some(w) = explicit_unenforced(plan, &support).first() {
+        for w in explicit_unenforced(plan, &support) {
             out.stderr.extend_from_slice(format!("workcell: warning: not enforced by the bwrap backend: {w}\n").as_bytes());
         }
         if out.exit_code == 128 + 9 && cgroup.as_ref().is_some_and(RunCgroup::oom_killed) {
