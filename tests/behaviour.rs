@@ -254,7 +254,9 @@ mod body {
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start workcell");
-        assert!(wait_until(Duration::from_secs(30), || !processes_with_arg(&marker).is_empty()), "the worker never started");
+        // The worker's own `sleep` (workcell and bwrap carry the marker in their argv too).
+        let sleeping = || processes_with_arg(&marker).into_iter().any(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
+        assert!(wait_until(Duration::from_secs(30), sleeping), "the worker never started");
         child.kill().expect("SIGKILL workcell");
         let _ = child.wait();
         let gone = wait_until(Duration::from_secs(10), || processes_with_arg(&marker).is_empty());

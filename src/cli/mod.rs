@@ -81,6 +81,12 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Remove containers and images that interrupted runs left behind.
     Gc(gc::GcArgs),
+    /// Internal: the watchdog of one docker run (see `backend::docker::reaper`).
+    #[command(name = "__reap", hide = true)]
+    Reap {
+        /// The container to remove if the run's workcell dies without removing it.
+        container: String,
+    },
 }
 
 /// How requests that need a person's yes are answered.
@@ -128,6 +134,8 @@ pub fn load_project(config: Option<&std::path::Path>) -> Result<Project, CliErro
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging(cli.log_format);
+    // Runs started from this binary can leave a watchdog behind (it runs this binary again).
+    crate::backend::docker::reaper::enable();
     let result = match &cli.command {
         Command::Init(a) => init::run(a),
         Command::Check(a) => check::run(&cli, a),
@@ -137,6 +145,7 @@ pub fn main() -> i32 {
         Command::Audit(a) => audit::run(&cli, a),
         Command::Doctor(a) => doctor::run(a),
         Command::Gc(a) => gc::run(a),
+        Command::Reap { container } => Ok(crate::backend::docker::reaper::watch(container)),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)

@@ -7,6 +7,7 @@
 pub mod image;
 pub mod maintenance;
 pub mod render;
+pub mod reaper;
 mod runner;
 
 use std::path::PathBuf;

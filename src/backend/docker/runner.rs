@@ -61,6 +61,8 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
     }
     let name = settings.name.clone();
     let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
+    // Before the container exists: whatever kills workcell from here on, the watchdog removes it.
+    let reaper = super::reaper::Reaper::start(&name);
     // Creating is raced with the signals too; if a signal wins, the container may exist
     // already, so cleanup below runs on every path from here on.
     let ended = tokio::select! {
@@ -70,6 +72,9 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
         _ = sighup.recv() => Ok(Ended::Signalled(129, "SIGHUP")),
     };
     remove(&docker, &name).await;
+    if let Some(r) = reaper {
+        r.disarm();
+    }
     match ended? {
         Ended::Exited(code) => Ok(code),
         Ended::TimedOut => {
@@ -86,7 +91,7 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
 
 /// Force-removes the container (killing it if it still runs). Errors are reported, not
 /// returned: the run's outcome matters more, and `workcell gc` can finish the job.
-async fn remove(docker: &Docker, name: &str) {
+pub(super) async fn remove(docker: &Docker, name: &str) {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     match docker.remove_container(name, Some(opts)).await {
         Ok(()) => {}
