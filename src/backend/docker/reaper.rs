@@ -26,6 +26,7 @@ const DONE: &[u8] = b"d";
 /// unwinding the run) lets it remove the container.
 pub struct Reaper {
     pipe: std::fs::File,
+    child: std::process::Child,
 }
 
 impl Reaper {
@@ -47,8 +48,8 @@ impl Reaper {
             unsafe {
                 cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
             }
-            cmd.spawn()?;
-            Ok(Reaper { pipe: std::fs::File::from(write) })
+            let child = cmd.spawn()?;
+            Ok(Reaper { pipe: std::fs::File::from(write), child })
         })();
         match started {
             Ok(r) => Some(r),
@@ -59,9 +60,12 @@ impl Reaper {
         }
     }
 
-    /// The run removed its container: the watchdog exits without doing anything.
+    /// The run removed its container: the watchdog exits without doing anything, and is
+    /// reaped here (a long-lived `workcell mcp` would otherwise collect zombies).
     pub fn disarm(mut self) {
         let _ = self.pipe.write_all(DONE);
+        drop(self.pipe);
+        let _ = self.child.wait();
     }
 }
 
