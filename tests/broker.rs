@@ -152,3 +152,31 @@ fn dynamic_expansion_grants_a_directory_for_the_session() {
     assert!(summary.contains(outside.path().to_str().expect("utf8")) && summary.contains("mode: ro"), "{summary}");
     assert!(read_all(tmp.path()).expect("audit").iter().any(|e| e["event"] == "expansion"));
 }
+
+/// `workcell gc` removes the broker directory of a run that was killed (old, its socket
+/// refuses connections) and keeps a live run's and a young one's.
+#[test]
+fn gc_removes_only_dead_old_broker_directories() {
+    let base = std::env::temp_dir();
+    let make = |tag: &str, age_secs: u64| {
+        let dir = tempfile::Builder::new().prefix(&format!("workcell-broker-test-{tag}-")).tempdir_in(&base).expect("dir").keep();
+        let listener = std::os::unix::net::UnixListener::bind(dir.join(workcell::tools::broker::SOCKET_NAME)).expect("bind");
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);
+        let since = then.duration_since(std::time::UNIX_EPOCH).expect("time");
+        let ts = rustix::fs::Timespec { tv_sec: since.as_secs() as i64, tv_nsec: 0 };
+        rustix::fs::utimensat(rustix::fs::CWD, &dir, &rustix::fs::Timestamps { last_access: ts, last_modification: ts }, rustix::fs::AtFlags::empty()).expect("backdate");
+        (dir, listener)
+    };
+    let (dead, l) = make("dead", 600);
+    drop(l);
+    let (young, l2) = make("young", 0);
+    drop(l2);
+    let (live, _listener) = make("live", 600);
+    let removed = workcell::tools::broker::remove_stale_dirs();
+    assert!(removed.contains(&dead) && !dead.exists(), "the dead run's directory must go: {removed:?}");
+    assert!(young.exists(), "a directory younger than a minute stays (its run may be starting)");
+    assert!(live.exists(), "a live run's directory stays");
+    for d in [young, live] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

@@ -1,4 +1,5 @@
-//! `workcell gc`: remove containers, images and cgroups that interrupted runs left behind.
+//! `workcell gc`: remove containers, images, cgroups and broker directories that interrupted
+//! runs left behind.
 
 use clap::Args;
 
@@ -21,6 +22,10 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
     // The bwrap backend's per-run cgroups of runs that were killed outright.
     for dir in crate::backend::cgroup::remove_leftovers() {
         eprintln!("removed cgroup {}", dir.display());
+    }
+    // The broker directories of runs that were killed outright.
+    for dir in crate::tools::broker::remove_stale_dirs() {
+        eprintln!("removed broker directory {}", dir.display());
     }
     let report = gc(args.all).map_err(|e| CliError::Failed(e.to_string()))?;
     if args.json {

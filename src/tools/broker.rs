@@ -59,6 +59,68 @@ pub fn new_token() -> Result<String, String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// The broker's private directory (mode 0700, random name, removed with the broker), on a
+/// tmpfs where there is one: it lives for one run, and creating and removing it on a disk
+/// file system was a third of the broker's cost per run (≈ 0.3 ms of ≈ 1 ms on ext4). In
+/// order: `$XDG_RUNTIME_DIR` (per user), `$TMPDIR` when set, `/dev/shm`, the system default.
+fn private_dir() -> Result<tempfile::TempDir, String> {
+    let mut last = None;
+    for base in &private_dir_bases() {
+        match tempfile::Builder::new().prefix("workcell-broker-").tempdir_in(base) {
+            Ok(dir) => return Ok(dir),
+            Err(e) => last = Some(format!("{}: {e}", base.display())),
+        }
+    }
+    Err(format!("cannot create the broker directory ({})", last.unwrap_or_default()))
+}
+
+/// Where broker directories may be, in the order [`private_dir`] tries them.
+fn private_dir_bases() -> Vec<PathBuf> {
+    let mut bases: Vec<PathBuf> = Vec::new();
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        bases.push(x);
+    }
+    if std::env::var_os("TMPDIR").is_none() {
+        bases.push(PathBuf::from("/dev/shm"));
+    }
+    bases.push(std::env::temp_dir());
+    bases
+}
+
+/// Removes the broker directories of runs that were killed before they could remove their
+/// own (`workcell gc`): this user's `workcell-broker-*` directories older than a minute whose
+/// socket no longer accepts connections. Returns the removed directories.
+pub fn remove_stale_dirs() -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = rustix::process::geteuid().as_raw();
+    let mut removed = Vec::new();
+    let mut bases = private_dir_bases();
+    bases.dedup();
+    for base in bases {
+        let Ok(entries) = std::fs::read_dir(&base) else { continue };
+        for e in entries.flatten() {
+            if !e.file_name().to_string_lossy().starts_with("workcell-broker-") {
+                continue;
+            }
+            let path = e.path();
+            // Not followed: a symlink or somebody else's directory is left alone.
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > std::time::Duration::from_secs(60));
+            if !meta.is_dir() || meta.uid() != uid || !old {
+                continue;
+            }
+            // A live run answers on its socket; a dead one's socket refuses (or is gone).
+            if std::os::unix::net::UnixStream::connect(path.join(SOCKET_NAME)).is_ok() {
+                continue;
+            }
+            if std::fs::remove_dir_all(&path).is_ok() {
+                removed.push(path);
+            }
+        }
+    }
+    removed
+}
+
 #[derive(Clone)]
 struct AppState {
     service: Arc<ToolService>,
@@ -76,7 +138,7 @@ impl Broker {
     /// Binds a new socket for `service` in a private directory, without serving it yet:
     /// connections wait in the socket's backlog until [`Broker::serve`].
     pub fn bind(service: Arc<ToolService>) -> Result<Broker, String> {
-        let dir = tempfile::Builder::new().prefix("workcell-broker-").tempdir().map_err(|e| format!("cannot create the broker directory: {e}"))?;
+        let dir = private_dir()?;
         // Owner only: the worker runs as the same uid; nobody else needs to connect.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
         let token = new_token()?;
