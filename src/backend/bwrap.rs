@@ -377,6 +377,23 @@ mod runner {
     use crate::backend::cgroup::{RunCgroup, Support};
     use crate::backend::{OnDemand, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
+    /// Spawns `cmd` with `inherit` passed on (their `FD_CLOEXEC` cleared only for the spawn,
+    /// under the process-wide spawn lock) and, with a cgroup, born inside its v1 directories.
+    /// The descriptors are closed here: the parent keeps only the other pipe ends.
+    fn spawn_bwrap(cmd: &mut Command, inherit: Vec<OwnedFd>, cgroup: Option<&RunCgroup>, located: &Located) -> Result<std::process::Child, BackendError> {
+        crate::backend::spawn_exclusive(|| {
+            for fd in &inherit {
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up bwrap's pipes: {e}")))?;
+            }
+            let spawned = match cgroup {
+                Some(cg) => cg.spawn_inside(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?,
+                None => cmd.spawn(),
+            };
+            drop(inherit);
+            spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))
+        })
+    }
+
     /// The bwrap binary for `plan` and the run's cgroup, with the limits it cannot enforce.
     ///
     /// Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
@@ -421,37 +438,47 @@ mod runner {
         };
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
+        // bwrap's status pipe stays open until the run is over: bwrap reports the exit code
+        // there at the end, and a closed pipe would kill it with SIGPIPE.
+        let mut report: Option<StatusPipe> = None;
         let spawn = |cmd: &mut Command| -> Result<std::process::Child, BackendError> {
-            let fail = |e: String| BackendError::Failed(format!("cannot start {}: {e}", located.path.display()));
-            let Some(cg) = &cgroup else { return cmd.spawn().map_err(|e| fail(e.to_string())) };
             let Some((status_r, status_w, block_r, block_w)) = handshake else {
-                return cg.spawn_inside(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?.map_err(|e| fail(e.to_string()));
+                return spawn_bwrap(cmd, Vec::new(), cgroup.as_ref(), located);
             };
-            // Inheritable only around the spawn (see `run`).
-            for fd in [&status_w, &block_r] {
-                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| fail(e.to_string()))?;
-            }
-            let spawned = cmd.spawn();
-            drop((status_w, block_r));
-            let mut child = spawned.map_err(|e| fail(e.to_string()))?;
-            let mut report = StatusPipe::new(status_r);
+            let mut child = spawn_bwrap(cmd, vec![status_w, block_r], cgroup.as_ref(), located)?;
+            let cg = cgroup.as_ref().expect("a handshake only with a cgroup");
+            let pipe = report.insert(StatusPipe::new(status_r));
             let until = Instant::now() + KILL_WAIT;
             let mut init = None;
+            // Released only once attached; bwrap that ends before reporting its init never
+            // made a sandbox, and one that does not report in time is stopped.
             let attached = loop {
-                if let Some((init_pid, _)) = report.read_available() {
+                if let Some((init_pid, _)) = pipe.read_available() {
                     init = Some(init_pid);
-                    break cg.attach(child.id() as i32).and_then(|()| cg.attach(init_pid));
+                    break cg.attach(child.id() as i32).and_then(|()| cg.attach(init_pid)).map(|()| true);
+                }
+                if pipe.fd().is_none() && child.try_wait().is_ok_and(|s| s.is_some()) {
+                    break Ok(false);
                 }
                 let left = until.saturating_duration_since(Instant::now());
-                // bwrap gone before reporting its init: nothing to move, it failed on its own.
-                let Some(fd) = report.fd().filter(|_| !left.is_zero()) else { break Ok(()) };
-                let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-                let timeout = rustix::event::Timespec { tv_sec: left.as_secs() as i64, tv_nsec: i64::from(left.subsec_nanos()) };
-                let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                if left.is_zero() {
+                    break Err("bwrap did not report its sandbox in time".to_string());
+                }
+                let wait = left.min(Duration::from_millis(10));
+                match pipe.fd() {
+                    Some(fd) => {
+                        let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                        let timeout = rustix::event::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
+                        let _ = rustix::event::poll(&mut fds, Some(&timeout));
+                    }
+                    None => std::thread::sleep(wait),
+                }
             };
             match attached {
-                Ok(()) => {
-                    let _ = rustix::io::write(&block_w, b"1");
+                Ok(release) => {
+                    if release {
+                        let _ = rustix::io::write(&block_w, b"1");
+                    }
                     Ok(child)
                 }
                 Err(e) => {
@@ -468,7 +495,9 @@ mod runner {
                 }
             }
         };
-        let mut out = crate::backend::capture_with(cmd, plan.limits.timeout, spawn)?;
+        let out = crate::backend::capture_with(cmd, plan.limits.timeout, spawn);
+        drop(report);
+        let mut out = out?;
         for w in explicit_unenforced(plan, &support) {
             out.stderr.extend_from_slice(format!("workcell: warning: not enforced by the bwrap backend: {w}\n").as_bytes());
         }
@@ -522,19 +551,7 @@ mod runner {
         // Signals are registered before the spawn so that none is lost in between; they arrive
         // on a self-pipe that the supervision loop polls with everything else.
         let mut signals = signal_pipe()?;
-        // The write end is inheritable only around the spawn, and bwrap is the only process
-        // workcell starts meanwhile. (Clearing FD_CLOEXEC in a pre_exec hook would force std to
-        // fork instead of posix_spawn, which costs more than the rest of workcell's overhead.)
-        for fd in std::iter::once(&status_w).chain(block_r.as_ref()) {
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(|e| BackendError::Failed(format!("cannot set up the status pipe: {e}")))?;
-        }
-        let spawned = match &cgroup {
-            Some(cg) => cg.spawn_inside(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?,
-            None => cmd.spawn(),
-        };
-        drop(status_w);
-        drop(block_r);
-        let mut child = spawned.map_err(|e| BackendError::Failed(format!("cannot start {}: {e}", located.path.display())))?;
+        let mut child = spawn_bwrap(&mut cmd, std::iter::once(status_w).chain(block_r).collect(), cgroup.as_ref(), located)?;
         let bwrap_pid = child.id() as i32;
         let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
         let mut report = StatusPipe::new(status_r);

@@ -24,6 +24,12 @@ use std::time::{Duration, Instant};
 
 use crate::config::Limits;
 
+/// Whether a `mkdir` error means "no cgroup may be created here" (rather than a failure).
+fn not_allowed(e: &std::io::Error) -> bool {
+    use rustix::io::Errno;
+    [Errno::ACCESS, Errno::PERM, Errno::ROFS, Errno::NOENT].iter().any(|x| e.raw_os_error() == Some(x.raw_os_error()))
+}
+
 /// The CFS period used for cpu limits (the kernel's default, and Docker's).
 const CPU_PERIOD_US: u64 = 100_000;
 /// How long removal of a run's cgroup is retried while its last processes are reaped.
@@ -297,9 +303,17 @@ impl RunCgroup {
                         result = Err(format!("the cgroup {} already exists", dir.display()));
                         break;
                     }
-                    Err(e) => {
+                    // Not allowed here (no permission, read-only cgroupfs, no such parent): the
+                    // limit is named as not enforced, as the probe of `detect` would.
+                    Err(e) if not_allowed(&e) => {
                         *effective.get_mut(c) = Err(cannot_create(place, &e));
                         continue;
+                    }
+                    // Anything else (too many cgroups, no memory) is a failure of this run,
+                    // not a lack of support: the limits are not silently dropped.
+                    Err(e) => {
+                        result = Err(format!("cannot create the cgroup {}: {e}", dir.display()));
+                        break;
                     }
                 }
             }
@@ -372,15 +386,22 @@ impl RunCgroup {
             }
             entered += 1;
         }
-        let spawned = result.map(|()| spawn());
-        for d in &v1[..entered] {
-            // The thread's own cgroup accepted it a moment ago; if it does not now, the run
-            // still has its limits, but its cgroup cannot be removed while the thread is in.
-            if let Err(e) = move_thread(&d.parent) {
-                tracing::warn!("{e}");
+        // Moves the thread back out however `spawn` ends (a panic included).
+        struct Back<'a>(Vec<&'a Path>);
+        impl Drop for Back<'_> {
+            fn drop(&mut self) {
+                for parent in &self.0 {
+                    // The thread's own cgroup accepted it a moment ago; if it does not now, the
+                    // run still has its limits, but its cgroup cannot be removed while the
+                    // thread is in.
+                    if let Err(e) = std::fs::write(parent.join("tasks"), "0") {
+                        tracing::warn!("cannot move workcell's thread back into the cgroup {}: {e}", parent.display());
+                    }
+                }
             }
         }
-        spawned
+        let _back = Back(v1[..entered].iter().map(|d| d.parent.as_path()).collect());
+        result.map(|()| spawn())
     }
 
     /// Whether processes must be moved in after the spawn ([`RunCgroup::attach`]): cgroup v2,

@@ -149,10 +149,22 @@ pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, B
     }
 }
 
+/// Held while a spawn may pass descriptors on: bwrap's status and block pipes are made
+/// inheritable only around its spawn (clearing `FD_CLOEXEC` in a `pre_exec` hook would force
+/// std to fork instead of posix_spawn), so no other process may be started meanwhile, or it
+/// would inherit another run's pipes. Every spawn of workcell's own goes through it.
+static SPAWN_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs `f` (a spawn) while no other spawn of this process runs.
+pub(crate) fn spawn_exclusive<T>(f: impl FnOnce() -> T) -> T {
+    let _guard = SPAWN_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    f()
+}
+
 /// Runs `cmd` in its own process group with output captured; after `timeout` the whole
 /// group is killed and `timed_out` is set (exit 124).
 pub(crate) fn capture(cmd: std::process::Command, timeout: Option<std::time::Duration>) -> Result<Captured, BackendError> {
-    capture_with(cmd, timeout, |cmd| cmd.spawn().map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program()))))
+    capture_with(cmd, timeout, |cmd| spawn_exclusive(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program()))))
 }
 
 /// [`capture`] with the process started by `spawn` (which may put it into a cgroup first).

@@ -14,7 +14,7 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
     };
     let mut cmd = Command::new(prog);
     cmd.args(args).env_clear().envs(host_env(plan));
-    match cmd.status() {
+    match crate::backend::spawn_exclusive(|| cmd.spawn()).and_then(|mut c| c.wait()) {
         Ok(s) => Ok(exit_code_of(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             eprintln!("workcell: {prog}: command not found");

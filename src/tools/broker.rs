@@ -77,7 +77,13 @@ fn private_dir() -> Result<tempfile::TempDir, String> {
 /// Where broker directories may be, in the order [`private_dir`] tries them.
 fn private_dir_bases() -> Vec<PathBuf> {
     let mut bases: Vec<PathBuf> = Vec::new();
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute()) {
+    // Only a runtime directory of this user's own, closed to others: under `su` it can be
+    // another user's, who could swap what is created there.
+    let own = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o077 == 0)
+    };
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute() && own(p)) {
         bases.push(x);
     }
     if std::env::var_os("TMPDIR").is_none() {

@@ -48,7 +48,7 @@ impl Reaper {
             unsafe {
                 cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(std::io::Error::from));
             }
-            let child = cmd.spawn()?;
+            let child = crate::backend::spawn_exclusive(|| cmd.spawn())?;
             Ok(Reaper { pipe: std::fs::File::from(write), child })
         })();
         match started {
@@ -72,6 +72,10 @@ impl Reaper {
 /// `workcell __reap NAME`: waits until the run says it is done or goes away; in the second
 /// case removes the container. Returns the exit status.
 pub fn watch(container: &str) -> i32 {
+    // Only workcell's own containers (`workcell-RUN_ID`).
+    if !container.starts_with("workcell-") {
+        return 2;
+    }
     let mut byte = [0u8; 1];
     let n = loop {
         match std::io::stdin().read(&mut byte) {
