@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use support::{assert_no_cgroup_left, run_cgroup_dirs};
 use workcell::backend::cgroup::{Controller, Support};
 
 /// Whether `backend` works here; panics when `gate` is set to 1 and it does not.
@@ -122,26 +123,6 @@ fn enforces(backend: &str, c: Controller) -> bool {
 }
 
 /// The run recorded in `project`'s audit log left no cgroup behind.
-/// The cgroup directories the runs in `project`'s audit log would have used.
-fn run_cgroup_dirs(project: &Path) -> Vec<PathBuf> {
-    let log = std::fs::read_to_string(project.join(".workcell/audit.jsonl")).expect("audit log");
-    let run_ids: Vec<String> = log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("run_id").and_then(|r| r.as_str()).map(str::to_string))
-        .collect();
-    assert!(!run_ids.is_empty(), "no run in the audit log");
-    let support = Support::detect();
-    let places = [&support.memory, &support.pids, &support.cpu].into_iter().flatten();
-    places.flat_map(|p| run_ids.iter().map(|id| p.parent.join(format!("workcell-{id}")))).collect()
-}
-
-fn assert_no_cgroup_left(project: &Path) {
-    for dir in run_cgroup_dirs(project) {
-        assert!(!dir.exists(), "cgroup left behind: {}", dir.display());
-    }
-}
-
 /// Test bodies shared by every backend.
 mod body {
     use super::*;

@@ -8,6 +8,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod support;
+
 fn required(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| v == "1")
 }
@@ -225,13 +227,7 @@ fn child_worker_limits_hold(backend: &str) {
     assert!(stdout.to_lowercase().contains("fork"), "60 processes started under the child's limit of 20: {stdout}");
     if backend == "bwrap" {
         // No cgroup of the child's (or the parent's) run is left behind.
-        let runs: Vec<String> = audit(tmp.path()).iter().filter_map(|e| e["run_id"].as_str().map(str::to_string)).collect();
-        let support = workcell::backend::cgroup::Support::detect();
-        for place in [&support.memory, &support.pids, &support.cpu].into_iter().flatten() {
-            for run in &runs {
-                assert!(!place.parent.join(format!("workcell-{run}")).exists(), "cgroup of run {run} left under {}", place.parent.display());
-            }
-        }
+        support::assert_no_cgroup_left(tmp.path());
     }
 }
 

@@ -176,3 +176,24 @@ pub fn write_project(dir: &Path, config: &str, workers: &[(&str, &str)]) {
         std::fs::write(dir.join("workers").join(format!("{name}.worker")), text).expect("write worker");
     }
 }
+
+/// The cgroup directories the runs in `project`'s audit log would have used.
+pub fn run_cgroup_dirs(project: &Path) -> Vec<PathBuf> {
+    let log = std::fs::read_to_string(project.join(".workcell/audit.jsonl")).expect("audit log");
+    let run_ids: Vec<String> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("run_id").and_then(|r| r.as_str()).map(str::to_string))
+        .collect();
+    assert!(!run_ids.is_empty(), "no run in the audit log");
+    let support = workcell::backend::cgroup::Support::detect();
+    let places = [&support.memory, &support.pids, &support.cpu].into_iter().flatten();
+    places.flat_map(|p| run_ids.iter().map(|id| p.parent.join(format!("workcell-{id}")))).collect()
+}
+
+/// No bwrap cgroup of any run in `project`'s audit log is left.
+pub fn assert_no_cgroup_left(project: &Path) {
+    for dir in run_cgroup_dirs(project) {
+        assert!(!dir.exists(), "cgroup left behind: {}", dir.display());
+    }
+}
