@@ -23,7 +23,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/in" "$dir/out"
 cd "$dir"
-# The same zones as the --zone flags below, so `plan` renders the identical sandbox.
+# The project's zones; `plan` renders the sandbox `run` starts.
 cat > workcell.yaml <<'YAML'
 sandbox:
   zones:
@@ -37,13 +37,13 @@ echo "raw bwrap command: $raw"
 python3 - "$runs" "$raw" "$workcell" <<'PY'
 import json, shlex, statistics, subprocess, sys, tempfile
 runs, raw, wc = int(sys.argv[1]), sys.argv[2], shlex.quote(sys.argv[3])
-zones = "--zone in=./in:ro --zone out=./out:rw -- true"
+cmd = "-- true"  # in the project, with its zones
 cmds = {
     "raw bwrap": raw,
     # The raw line has no broker mount, so `--no-broker` is the like-for-like comparison;
     # the default run (with the broker) shows what the broker costs on top.
-    "workcell --no-broker": f"{wc} run --backend bwrap --no-broker {zones}",
-    "workcell (broker)": f"{wc} run --backend bwrap {zones}",
+    "workcell --no-broker": f"{wc} run --backend bwrap --no-broker {cmd}",
+    "workcell (broker)": f"{wc} run --backend bwrap {cmd}",
 }
 blocks = 6
 per = max(runs // blocks, 2)

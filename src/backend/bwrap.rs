@@ -259,15 +259,39 @@ fn locate_uncached() -> Result<Located, Unavailable> {
 /// Falls back to `bwrap --help` when the file cannot be read.
 fn detect_features(path: &Path) -> std::io::Result<BwrapFeatures> {
     const MAX_SCAN: u64 = 16 << 20;
-    let text = match std::fs::metadata(path) {
-        Ok(m) if m.len() <= MAX_SCAN => std::fs::read(path).ok(),
+    let found = match std::fs::metadata(path) {
+        Ok(m) if m.len() <= MAX_SCAN => file_contains(path, &[b"--unshare-all", b"--size", b"--disable-userns"]).ok(),
         _ => None,
     };
-    let text = match text {
-        Some(bytes) if contains(&bytes, b"--unshare-all") => bytes,
-        _ => Command::new(path).arg("--help").stdin(Stdio::null()).stderr(Stdio::null()).output()?.stdout,
-    };
-    Ok(BwrapFeatures::from_usage(&text))
+    if let Some(&[true, tmpfs_size, disable_userns]) = found.as_deref() {
+        return Ok(BwrapFeatures { tmpfs_size, disable_userns });
+    }
+    let help = Command::new(path).arg("--help").stdin(Stdio::null()).stderr(Stdio::null()).output()?.stdout;
+    Ok(BwrapFeatures::from_usage(&help))
+}
+
+/// Which of `needles` occur in the file, read in 16 KB pieces that overlap by the longest
+/// needle, so that the binary is never copied whole into memory (that cost 17 page faults).
+fn file_contains(path: &Path, needles: &[&[u8]]) -> std::io::Result<Vec<bool>> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let keep = needles.iter().map(|n| n.len()).max().unwrap_or(1).saturating_sub(1);
+    let mut buf = vec![0u8; (16 << 10) + keep];
+    let mut found = vec![false; needles.len()];
+    let mut filled = 0;
+    loop {
+        let n = file.read(&mut buf[filled..])?;
+        if n == 0 {
+            return Ok(found);
+        }
+        filled += n;
+        for (hit, needle) in found.iter_mut().zip(needles) {
+            *hit = *hit || contains(&buf[..filled], needle);
+        }
+        let tail = filled.min(keep);
+        buf.copy_within(filled - tail..filled, 0);
+        filled = tail;
+    }
 }
 
 /// Substring search; memchr's SIMD search keeps scanning the binary to tens of µs (a
@@ -1026,5 +1050,19 @@ mod tests {
     #[test]
     fn features_from_help() {
         assert_eq!(BwrapFeatures::from_usage(b"--size BYTES\n--tmpfs"), BwrapFeatures { tmpfs_size: true, disable_userns: false });
+    }
+
+    #[test]
+    fn file_search_finds_needles_across_piece_boundaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bin");
+        // One needle straddles the first 16 KB boundary, one sits at the very end.
+        let mut bytes = vec![b'x'; (16 << 10) - 5];
+        bytes.extend_from_slice(b"--disable-userns");
+        bytes.extend(std::iter::repeat_n(b'y', 40 << 10));
+        bytes.extend_from_slice(b"--size");
+        std::fs::write(&file, &bytes).unwrap();
+        let found = file_contains(&file, &[b"--disable-userns", b"--size", b"--unshare-all"]).unwrap();
+        assert_eq!(found, [true, true, false]);
     }
 }

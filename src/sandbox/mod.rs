@@ -102,7 +102,8 @@ pub enum Delivery {
 pub struct Mount {
     /// Zone name (the mount point without its leading `/`), or `/` for the root form.
     pub name: String,
-    /// Absolute host directory. Never shown in refusal messages.
+    /// Absolute, canonical host directory (whoever creates a mount canonicalizes it;
+    /// launchers bind it as it is). Never shown in refusal messages.
     pub host_path: PathBuf,
     /// Absolute sandbox path where the directory appears (`/data`, or `/`).
     pub mount_point: String,
@@ -253,8 +254,9 @@ impl Sandbox {
             host.push(c);
         }
         // Canonical, so that a launcher binds what the handle saw (symlinks inside the
-        // mount were already checked to stay inside it when the area was derived).
-        let host_path = std::fs::canonicalize(&host).unwrap_or(host);
+        // mount were already checked to stay inside it when the area was derived). The
+        // mount's own directory was made canonical when the mount was created.
+        let host_path = if key.prefix.is_empty() { host } else { std::fs::canonicalize(&host).unwrap_or(host) };
         AreaView { sandbox_path: self.area_path(key), host_path, mount: m.name.clone() }
     }
 
