@@ -156,11 +156,18 @@ fn init_then_check() {
 #[test]
 fn help_on_every_subcommand() {
     let tmp = tempfile::tempdir().unwrap();
-    for sub in ["init", "check", "plan", "run", "schema"] {
+    let top = workcell(tmp.path()).arg("--help").output().unwrap();
+    assert_eq!(top.status.code(), Some(0));
+    let top = stdout(&top);
+    for sub in ["init", "check", "plan", "run", "mcp", "audit", "schema", "doctor", "gc"] {
         let out = workcell(tmp.path()).args([sub, "--help"]).output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{sub} --help");
         assert!(stdout(&out).contains("Usage: workcell"), "{sub}: {}", stdout(&out));
+        // Each subcommand's help opens with the description `workcell --help` lists for
+        // it (not the doc comment of a struct of its arguments).
+        let first = stdout(&out).lines().next().unwrap_or_default().to_string();
+        let listed = top.lines().find(|l| l.trim_start().starts_with(&format!("{sub} "))).unwrap_or_default();
+        assert!(!first.is_empty() && listed.contains(first.trim_end_matches('.')), "{sub}: help opens with '{first}', listed as '{listed}'");
     }
-    assert_eq!(workcell(tmp.path()).arg("--help").output().unwrap().status.code(), Some(0));
     assert_eq!(workcell(tmp.path()).arg("--version").output().unwrap().status.code(), Some(0));
 }

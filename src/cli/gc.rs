@@ -6,7 +6,7 @@ use clap::Args;
 use super::CliError;
 use crate::backend::docker::maintenance::gc;
 
-/// Arguments of `workcell gc`.
+// Arguments of `workcell gc` (a plain comment, see `DoctorArgs`).
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Also remove the cached host base image and every image built from `build:` folders.
