@@ -1,15 +1,19 @@
-//! Release builds on x86_64 Linux hand the linker the list of functions a `workcell run`
-//! executes (`link/startup-order.txt`, made by `link/update-startup-order.sh`), so that they
-//! are placed together: a run then touches a dozen pages of code instead of ~90 scattered
-//! ones, each a page fault (≈ 0.5 ms of a 10 ms bwrap run; see BENCHMARKS.md).
+//! Release builds hand the linker the list of functions a `workcell run` executes
+//! (`link/startup-order.txt`, made by `link/update-startup-order.sh`), so that they are placed
+//! together: a run then touches a dozen pages of code instead of ~90 scattered ones, each a
+//! page fault (≈ 0.5 ms of a 10 ms bwrap run; see BENCHMARKS.md).
 //!
-//! Only with the linker Rust uses by default there (rust-lld since Rust 1.90); a configured
-//! linker or linker flags turn it off, and so does `WORKCELL_NO_STARTUP_ORDER=1`. A stale list
-//! only costs speed: names that no longer exist are skipped.
+//! `--symbol-ordering-file` is an lld (and mold) option; GNU ld refuses it. Which linker a
+//! toolchain uses cannot be told from its version (rustup's x86_64 Linux builds link with
+//! rust-lld since 1.90, distribution builds often with the system `ld`), so the option is
+//! used only when a trivial program links with it using the same compiler, target, flags
+//! and configured linker. `WORKCELL_NO_STARTUP_ORDER=1` turns it off. A stale list only
+//! costs speed: names that no longer exist are skipped.
 
 use std::env;
-use std::path::Path;
-use std::process::Command;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 const ORDER_FILE: &str = "link/startup-order.txt";
 const OPT_OUT: &str = "WORKCELL_NO_STARTUP_ORDER";
@@ -18,48 +22,59 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed={ORDER_FILE}");
     println!("cargo:rerun-if-env-changed={OPT_OUT}");
-    if let Some(why_not) = skip_reason() {
+    match startup_order_args() {
+        Ok(args) => {
+            for a in args {
+                println!("cargo:rustc-link-arg-bin=workcell={a}");
+            }
+        }
         // Visible with `cargo build -vv`.
-        println!("startup order not used: {why_not}");
-        return;
-    }
-    let file = Path::new(&env::var("CARGO_MANIFEST_DIR").unwrap_or_default()).join(ORDER_FILE);
-    println!("cargo:rustc-link-arg-bin=workcell=-Wl,--symbol-ordering-file={}", file.display());
-    println!("cargo:rustc-link-arg-bin=workcell=-Wl,--no-warn-symbol-ordering");
-}
-
-fn skip_reason() -> Option<String> {
-    let var = |k: &str| env::var(k).unwrap_or_default();
-    if !var(OPT_OUT).is_empty() {
-        return Some(format!("{OPT_OUT} is set"));
-    }
-    if var("PROFILE") != "release" {
-        return Some("not a release build".into());
-    }
-    if var("TARGET") != "x86_64-unknown-linux-gnu" {
-        return Some(format!("target {} does not link with rust-lld by default", var("TARGET")));
-    }
-    if !var("RUSTC_LINKER").is_empty() {
-        return Some("a linker is configured".into());
-    }
-    let flags = var("CARGO_ENCODED_RUSTFLAGS");
-    if flags.contains("link") || flags.contains("fuse-ld") {
-        return Some("RUSTFLAGS choose linker options".into());
-    }
-    if !Path::new(ORDER_FILE).is_file() {
-        return Some(format!("{ORDER_FILE} is missing"));
-    }
-    match rustc_minor() {
-        Some(minor) if minor >= 90 => None,
-        Some(minor) => Some(format!("rustc 1.{minor} links with the system linker")),
-        None => Some("the rustc version is unknown".into()),
+        Err(why_not) => println!("startup order not used: {why_not}"),
     }
 }
 
-/// The minor version of the compiler building this crate (`rustc 1.95.0 (…)` → 95).
-fn rustc_minor() -> Option<u32> {
-    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let out = Command::new(rustc).arg("--version").output().ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    text.split_whitespace().nth(1)?.split('.').nth(1)?.parse().ok()
+/// The linker arguments that apply the startup order, or why they are not used.
+fn startup_order_args() -> Result<Vec<String>, String> {
+    if env::var_os(OPT_OUT).is_some_and(|v| !v.is_empty()) {
+        return Err(format!("{OPT_OUT} is set"));
+    }
+    if env::var("PROFILE").as_deref() != Ok("release") {
+        return Err("not a release build".into());
+    }
+    let file = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").ok_or("CARGO_MANIFEST_DIR is not set")?).join(ORDER_FILE);
+    let file = file.to_str().filter(|_| file.is_file()).ok_or_else(|| format!("{} is missing or not UTF-8", file.display()))?;
+    // `-Xlinker` passes the path as one argument (`-Wl,` would split it at commas).
+    let args = vec!["-Xlinker".to_string(), format!("--symbol-ordering-file={file}"), "-Xlinker".into(), "--no-warn-symbol-ordering".into()];
+    links_with(&args)?;
+    Ok(args)
+}
+
+/// Links `fn main() {}` with `link_args` the way this crate's binary will be linked.
+fn links_with(link_args: &[String]) -> Result<(), String> {
+    let out = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
+    let source = out.join("startup_order_probe.rs");
+    std::fs::write(&source, "fn main() {}\n").map_err(|e| format!("cannot write the probe: {e}"))?;
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let mut cmd = Command::new(rustc);
+    cmd.arg("--crate-type=bin").arg("--crate-name=startup_order_probe").arg("-o").arg(out.join("startup_order_probe"));
+    if let Some(target) = env::var_os("TARGET") {
+        cmd.arg("--target").arg(target);
+    }
+    if let Some(linker) = env::var_os("RUSTC_LINKER") {
+        let mut flag = OsString::from("-Clinker=");
+        flag.push(linker);
+        cmd.arg(flag);
+    }
+    // The crate's own flags (a chosen linker or linker flavour among them).
+    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    cmd.args(flags.split('\x1f').filter(|f| !f.is_empty()));
+    for a in link_args {
+        cmd.arg(format!("-Clink-arg={a}"));
+    }
+    cmd.arg(&source).stdout(Stdio::null()).stderr(Stdio::null());
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(_) => Err("the linker does not accept --symbol-ordering-file".into()),
+        Err(e) => Err(format!("cannot run rustc for the probe: {e}")),
+    }
 }

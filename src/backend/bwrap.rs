@@ -280,8 +280,12 @@ fn file_contains(path: &Path, needles: &[&[u8]]) -> std::io::Result<Vec<bool>> {
     let mut found = vec![false; needles.len()];
     let mut filled = 0;
     loop {
-        let n = file.read(&mut buf[filled..])?;
-        if n == 0 {
+        let n = match file.read(&mut buf[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if n == 0 || found.iter().all(|hit| *hit) {
             return Ok(found);
         }
         filled += n;

@@ -545,6 +545,10 @@ mod tests {
         assert_eq!(m.controllers, ["rw", "pids"]);
         let m = Mount::parse("42 30 0:36 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw").unwrap();
         assert!(m.v2);
+        // A mount point that is literally `-`, and an empty source field.
+        let m = Mount::parse("43 30 0:37 / /- rw shared:2 - cgroup  rw,memory").unwrap();
+        assert_eq!(m.point.to_str(), Some("/-"));
+        assert_eq!(m.controllers, ["rw", "memory"]);
         assert!(Mount::parse("22 1 0:5 / /proc rw - proc proc rw").is_none());
         assert!(Mount::parse("truncated line").is_none());
     }

@@ -21,6 +21,9 @@ impl Sandbox {
         if self.mounts().iter().any(|m| m.mount_point == point) {
             return Err(refuse("a zone with this name already exists"));
         }
+        // Mounts hold canonical host directories (launchers bind them as they are).
+        let host_dir = &std::fs::canonicalize(host_dir)
+            .map_err(|e| SandboxError::Io { op: "open", path: point.clone(), message: super::io::describe_io(&e) })?;
         let dir = Dir::open_ambient_dir(host_dir, ambient_authority())
             .map_err(|e| SandboxError::Io { op: "open", path: point.clone(), message: super::io::describe_io(&e) })?;
         let mut mounts: Vec<Mount> = self.mounts().to_vec();
