@@ -44,8 +44,9 @@ for w in "${workloads[@]}"; do
   # callgrind numbers functions as it first records them: keep that order.
   grep -oE '^c?fn=\([0-9]+\) .+' "$dir/cg.$i" | sed -E 's/^c?fn=\(([0-9]+)\) /\1 /' | sort -n -s -k1,1 | cut -d' ' -f2- >> "$dir/seen"
 done
-# First occurrence wins; keep only this binary's own code, and leave out names with an
-# `.llvm.<hash>` suffix: that hash differs between two checkouts of the same commit (seen in CI).
-awk 'NR == FNR { defined[$0] = 1; next } ($0 in defined) && !/\.llvm\./ && !seen[$0]++' "$dir/defined" "$dir/seen" > "$out.tmp"
+# First occurrence wins; keep only this binary's own code. Some names end in `.llvm.<hash>`
+# where the hash differs between checkouts of the same commit (about 60 of 800 did in CI);
+# those just do not match there, and CI prints how many did.
+awk 'NR == FNR { defined[$0] = 1; next } ($0 in defined) && !seen[$0]++' "$dir/defined" "$dir/seen" > "$out.tmp"
 mv "$out.tmp" "$out"
 echo "wrote $(wc -l < "$out") symbols to $out"
