@@ -21,11 +21,10 @@ impl Sandbox {
         if self.mounts().iter().any(|m| m.mount_point == point) {
             return Err(refuse("a zone with this name already exists"));
         }
+        let cannot_open = |e: std::io::Error| SandboxError::Io { op: "open", path: point.clone(), message: super::io::describe_io(&e) };
         // Mounts hold canonical host directories (launchers bind them as they are).
-        let host_dir = &std::fs::canonicalize(host_dir)
-            .map_err(|e| SandboxError::Io { op: "open", path: point.clone(), message: super::io::describe_io(&e) })?;
-        let dir = Dir::open_ambient_dir(host_dir, ambient_authority())
-            .map_err(|e| SandboxError::Io { op: "open", path: point.clone(), message: super::io::describe_io(&e) })?;
+        let host_dir = &std::fs::canonicalize(host_dir).map_err(cannot_open)?;
+        let dir = Dir::open_ambient_dir(host_dir, ambient_authority()).map_err(cannot_open)?;
         let mut mounts: Vec<Mount> = self.mounts().to_vec();
         let index = mounts.len();
         let approval = match mode {
