@@ -44,12 +44,14 @@ impl Scratch {
     fn new() -> Scratch {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        support::give_to_worker(&root);
         Scratch { _dir: dir, root }
     }
 
     fn mkdir(&self, name: &str) -> PathBuf {
         let p = self.root.join(name);
         std::fs::create_dir_all(&p).expect("mkdir");
+        support::give_to_worker(&p);
         p
     }
 }
@@ -146,7 +148,8 @@ mod body {
         assert_eq!(std::fs::read_to_string(zone.join("f.txt")).expect("written on the host"), "hello\n");
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::metadata(zone.join("f.txt")).expect("meta");
-        assert_eq!(meta.uid(), rustix::process::getuid().as_raw(), "the file belongs to the invoking user");
+        assert_eq!(meta.uid(), support::worker_uid(), "the file belongs to the worker's user (the project owner), never root");
+        assert_ne!(meta.uid(), 0);
     }
 
     pub fn host_paths_invisible(backend: &str) {

@@ -42,7 +42,7 @@ fn zones_are_mounted_with_their_modes_and_nothing_else_is_visible() {
     let result = p.dir.join("out/result.txt");
     assert_eq!(std::fs::read_to_string(&result).expect("result on host"), "written\n");
     let meta = std::fs::metadata(&result).expect("meta");
-    assert_eq!(meta.uid(), rustix::process::getuid().as_raw(), "file owned by the invoking user");
+    assert_eq!(meta.uid(), support::worker_uid(), "file owned by the worker's user (the project owner), never root");
     assert!(!p.dir.join("in/nope").exists());
     assert!(!std::path::Path::new("/tmp").join(&marker).exists(), "/tmp must be private");
     // The root holds the layout and the zones, nothing of the host's top level beyond it.

@@ -70,6 +70,22 @@ pub fn render_argv(plan: &LaunchPlan, bwrap: &Path) -> Vec<OsString> {
 
 /// [`render_argv`] for a bwrap with the given optional features.
 pub fn render_argv_with(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatures) -> Vec<OsString> {
+    render_argv_passed(plan, bwrap, features, &Passed::default())
+}
+
+/// Descriptors a run hands to bwrap: the held handle of each plan mount that has one (bound
+/// with `--bind-fd`/`--ro-bind-fd`, so the object checked is the object bound) and the
+/// seccomp filter. Without them (`workcell plan`, snapshots) mounts render as paths.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Passed {
+    /// One entry per `plan.mounts` entry: the descriptor number bwrap inherits, if any.
+    pub mounts: Vec<Option<i32>>,
+    /// The compiled seccomp filter (`--seccomp FD`).
+    pub seccomp: Option<i32>,
+}
+
+/// [`render_argv_with`] binding the descriptors in `passed`.
+pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatures, passed: &Passed) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![bwrap.into()];
     let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
 
@@ -123,10 +139,23 @@ pub fn render_argv_with(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatures
     }
     // Zones last, in plan order (outer before nested), so they are not hidden by anything
     // above; their sources must exist, hence no `-try`.
-    for m in &plan.mounts {
-        a.push(if m.read_only { "--ro-bind" } else { "--bind" }.into());
-        a.push(m.source.clone().into_os_string());
+    for (i, m) in plan.mounts.iter().enumerate() {
+        match passed.mounts.get(i).copied().flatten() {
+            Some(fd) => {
+                a.push(if m.read_only { "--ro-bind-fd" } else { "--bind-fd" }.into());
+                a.push(fd.to_string().into());
+            }
+            None => {
+                a.push(if m.read_only { "--ro-bind" } else { "--bind" }.into());
+                a.push(m.source.clone().into_os_string());
+            }
+        }
         a.push(m.target.clone().into());
+    }
+    // Last, so that bwrap's own setup is not filtered, only the worker.
+    if let Some(fd) = passed.seccomp {
+        a.push("--seccomp".into());
+        a.push(fd.to_string().into());
     }
     a.push("--chdir".into());
     a.push(plan.workdir.clone().into());
@@ -422,6 +451,37 @@ mod runner {
         })
     }
 
+    /// The bwrap argv for `plan` with the descriptors it names: a duplicate of every mount's
+    /// held handle (bwrap binds the handle, never the path again). The duplicates are
+    /// close-on-exec until [`spawn_bwrap`] passes them on.
+    fn argv_and_fds(plan: &LaunchPlan, located: &Located) -> Result<(Vec<OsString>, Vec<OwnedFd>), BackendError> {
+        let mut owned = Vec::new();
+        let mut passed = Passed::default();
+        for m in &plan.mounts {
+            let fd = match &m.held {
+                Some(h) => {
+                    let fd = h.0.as_fd().try_clone_to_owned().map_err(|e| BackendError::Failed(format!("cannot pass the zone {} to bwrap: {e}", m.target)))?;
+                    let raw = fd.as_raw_fd();
+                    owned.push(fd);
+                    Some(raw)
+                }
+                None => None,
+            };
+            passed.mounts.push(fd);
+        }
+        Ok((render_argv_passed(plan, &located.path, located.features, &passed), owned))
+    }
+
+    /// Runs bwrap as the plan's user, never as root: a root workcell drops to the worker's
+    /// uid and gid (and no supplementary groups) between fork and exec, so the user
+    /// namespace bwrap makes maps the worker to that unprivileged host uid.
+    fn as_worker(cmd: &mut Command, plan: &LaunchPlan) {
+        let me = rustix::process::geteuid().as_raw();
+        if me == 0 || me != plan.user.uid {
+            cmd.uid(plan.user.uid).gid(plan.user.gid);
+        }
+    }
+
     /// The bwrap binary for `plan` and the run's cgroup, with the limits it cannot enforce.
     ///
     /// Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
@@ -451,7 +511,7 @@ mod runner {
     /// forwarding.
     pub(super) fn run_captured(plan: &LaunchPlan) -> Result<crate::backend::Captured, BackendError> {
         let (located, cgroup, support) = prepare(plan)?;
-        let mut argv = render_argv_with(plan, &located.path, located.features);
+        let (mut argv, held) = argv_and_fds(plan, located)?;
         // cgroup v2: bwrap reports its init pid on the status pipe and waits on the block pipe
         // until both are in the cgroup.
         let handshake = match &cgroup {
@@ -466,14 +526,15 @@ mod runner {
         };
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
+        as_worker(&mut cmd, plan);
         // bwrap's status pipe stays open until the run is over: bwrap reports the exit code
         // there at the end, and a closed pipe would kill it with SIGPIPE.
         let mut report: Option<StatusPipe> = None;
         let spawn = |cmd: &mut Command| -> Result<std::process::Child, BackendError> {
             let Some((status_r, status_w, block_r, block_w)) = handshake else {
-                return spawn_bwrap(cmd, Vec::new(), cgroup.as_ref(), located);
+                return spawn_bwrap(cmd, held, cgroup.as_ref(), located);
             };
-            let mut child = spawn_bwrap(cmd, vec![status_w, block_r], cgroup.as_ref(), located)?;
+            let mut child = spawn_bwrap(cmd, held.into_iter().chain([status_w, block_r]).collect(), cgroup.as_ref(), located)?;
             let cg = cgroup.as_ref().expect("a handshake only with a cgroup");
             let pipe = report.insert(StatusPipe::new(status_r));
             let until = Instant::now() + KILL_WAIT;
@@ -547,7 +608,7 @@ mod runner {
         // bwrap reports the sandbox's init pid and, when the command ran, its exit code on this
         // pipe; no exit code means bwrap itself failed (setup or exec).
         let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
-        let mut argv = render_argv_with(plan, &located.path, located.features);
+        let (mut argv, held) = argv_and_fds(plan, located)?;
         let fd_arg = status_w.as_raw_fd().to_string();
         argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
 
@@ -566,6 +627,7 @@ mod runner {
 
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
+        as_worker(&mut cmd, plan);
         let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
         if !(plan.interactive || plan.tty) {
             cmd.stdin(Stdio::null());
@@ -579,7 +641,7 @@ mod runner {
         // Signals are registered before the spawn so that none is lost in between; they arrive
         // on a self-pipe that the supervision loop polls with everything else.
         let mut signals = signal_pipe()?;
-        let mut child = spawn_bwrap(&mut cmd, std::iter::once(status_w).chain(block_r).collect(), cgroup.as_ref(), located)?;
+        let mut child = spawn_bwrap(&mut cmd, held.into_iter().chain(std::iter::once(status_w)).chain(block_r).collect(), cgroup.as_ref(), located)?;
         let bwrap_pid = child.id() as i32;
         let bwrap_pidfd = rustix::process::Pid::from_raw(bwrap_pid).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
         let mut report = StatusPipe::new(status_r);

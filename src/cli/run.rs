@@ -172,6 +172,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
     }
     if let Some(broker) = &broker {
+        broker.share_with(plan.user).map_err(CliError::Failed)?;
         plan.attach_broker(broker.dir(), broker.token());
     }
     if selected == Selected::Docker {

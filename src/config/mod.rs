@@ -113,6 +113,21 @@ impl Limits {
     }
 }
 
+/// `UID` or `UID:GID` (numeric; the gid defaults to the uid). Root is refused: a worker never
+/// runs as host uid 0.
+pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, String> {
+    let (uid, gid) = match text.split_once(':') {
+        Some((u, g)) => (u, g),
+        None => (text, text),
+    };
+    let num = |s: &str| s.trim().parse::<u32>().map_err(|_| "use a numeric UID or UID:GID, like 1000 or 1000:1000".to_string());
+    let (uid, gid) = (num(uid)?, num(gid)?);
+    if uid == 0 || gid == 0 {
+        return Err("workers never run as root (uid or gid 0); name an unprivileged user, like 1000:1000".into());
+    }
+    Ok(crate::plan::UserSpec { uid, gid })
+}
+
 pub(crate) fn limits_from(raw: &RawLimits, diag: &Diag) -> Result<Limits, ConfigError> {
     let timeout = raw
         .timeout
@@ -165,6 +180,8 @@ pub struct Defaults {
     pub image: ImageRef,
     pub backend: BackendChoice,
     pub limits: Limits,
+    /// `defaults.user`: the host user workers run as when workcell runs as root.
+    pub user: Option<crate::plan::UserSpec>,
 }
 
 /// A loaded, validated project: everything later stages need, read once.
@@ -312,6 +329,7 @@ impl Project {
             image: rd.image.as_deref().map(ImageRef::from_name).unwrap_or(ImageRef::Host),
             backend: rd.backend.unwrap_or_default(),
             limits: rd.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default(),
+            user: rd.user.as_ref().map(|u| parse_user(&u.value).map_err(|m| diag.spanned(u, format!("invalid user '{}': {m}", u.value)))).transpose()?,
         };
         let mut project = Project {
             dir: dir.clone(),

@@ -229,6 +229,10 @@ pub struct RawDefaults {
     pub image: Option<String>,
     pub backend: Option<BackendChoice>,
     pub limits: Option<RawLimits>,
+    /// The host user workers run as when workcell runs as root: `UID` or `UID:GID`, never 0
+    /// (default: the owner of the project directory, or 65534:65534 when root owns it).
+    #[schemars(with = "Option<String>")]
+    pub user: Option<Spanned<String>>,
 }
 
 /// Resource limits. Durations like `30s`, `5m`; sizes like `512m`, `2g`.

@@ -8,11 +8,46 @@ use cap_std::fs::Dir;
 
 use super::{Addressing, Approvals, Area, AreaKey, Delivery, Mount, Sandbox, SandboxError, ZoneMode};
 
+/// A host directory opened once for an expansion: the handle every later use goes through,
+/// and the path it had when opened (shown in the prompt, the audit log and the plan).
+#[derive(Debug)]
+pub struct OpenedDir {
+    pub dir: Dir,
+    pub path: std::path::PathBuf,
+}
+
+/// Opens the directory `host_path` names (a file stands for its directory), resolving it
+/// exactly once: the result is a handle, and its path is read back from the handle, so a
+/// link swapped in afterwards changes nothing.
+pub fn open_for_expansion(host_path: &Path) -> std::io::Result<OpenedDir> {
+    use cap_std::fs::MetadataExt as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let f = std::fs::File::open(host_path)?;
+    let meta = f.metadata()?;
+    let path_of = |fd: &dyn std::os::fd::AsRawFd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    if meta.is_dir() {
+        let path = path_of(&f)?;
+        return Ok(OpenedDir { dir: Dir::from_std_file(f), path });
+    }
+    // A file: its directory, opened by the file's own (current) path and checked to still
+    // hold the very file that was opened.
+    let file_path = path_of(&f)?;
+    let parent = file_path.parent().ok_or_else(|| std::io::Error::other("the file has no directory"))?;
+    let name = file_path.file_name().ok_or_else(|| std::io::Error::other("the file has no name"))?;
+    let dir = Dir::open_ambient_dir(parent, ambient_authority())?;
+    let inside = dir.symlink_metadata(name)?;
+    if (inside.dev(), inside.ino()) != (meta.dev(), meta.ino()) {
+        return Err(std::io::Error::other("the file was moved while it was being opened"));
+    }
+    let path = path_of(&dir)?;
+    Ok(OpenedDir { dir, path })
+}
+
 impl Sandbox {
-    /// A copy of this sandbox with `host_dir` added as zone `name` (readable; writable for
-    /// `rw`, writes pre-approved since the person just approved them). Only for zones
-    /// addressing; never persisted.
-    pub fn with_extra_mount(&self, name: &str, host_dir: &Path, mode: ZoneMode) -> Result<Sandbox, SandboxError> {
+    /// A copy of this sandbox with `opened` added as zone `name` (readable; writable for
+    /// `rw`, writes pre-approved since the person just approved them). The handle is the
+    /// grant: nothing is resolved again by name. Only for zones addressing; never persisted.
+    pub fn with_extra_mount(&self, name: &str, opened: OpenedDir, mode: ZoneMode) -> Result<Sandbox, SandboxError> {
         let point = format!("/{name}");
         let refuse = |reason: &str| SandboxError::InvalidPath { path: point.clone(), reason: reason.into(), readable: self.readable_list() };
         if self.addressing() != Addressing::Zones {
@@ -21,10 +56,7 @@ impl Sandbox {
         if self.mounts().iter().any(|m| m.mount_point == point) {
             return Err(refuse("a zone with this name already exists"));
         }
-        let cannot_open = |e: std::io::Error| SandboxError::Io { op: "open", path: point.clone(), message: super::io::describe_io(&e) };
-        // Mounts hold canonical host directories (launchers bind them as they are).
-        let host_dir = &std::fs::canonicalize(host_dir).map_err(cannot_open)?;
-        let dir = Dir::open_ambient_dir(host_dir, ambient_authority()).map_err(cannot_open)?;
+        let OpenedDir { dir, path: host_dir } = opened;
         let mut mounts: Vec<Mount> = self.mounts().to_vec();
         let index = mounts.len();
         let approval = match mode {
@@ -33,7 +65,7 @@ impl Sandbox {
         };
         mounts.push(Mount {
             name: name.to_string(),
-            host_path: host_dir.to_path_buf(),
+            host_path: host_dir,
             mount_point: point,
             mode,
             suffixes: None,

@@ -25,6 +25,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use derive::{DeriveSpec, ZoneRequest};
+pub use expand::{open_for_expansion, OpenedDir};
 use error::show;
 pub use error::{PathList, SandboxError};
 pub use io::{FileKind, FileStat, ReadResult};
@@ -240,6 +241,33 @@ impl Sandbox {
     /// Writable areas with their host directories, for launchers.
     pub fn writable_areas(&self) -> Vec<AreaView> {
         self.writable.iter().map(|a| self.area_view(&a.key)).collect()
+    }
+
+    /// [`Sandbox::readable_areas`] with a handle of each area's directory (the one every
+    /// check used), for launchers that bind handles instead of paths.
+    pub fn readable_held(&self) -> Vec<(AreaView, crate::plan::Held)> {
+        self.held_views(&self.readable)
+    }
+
+    /// [`Sandbox::writable_areas`] with handles, as [`Sandbox::readable_held`].
+    pub fn writable_held(&self) -> Vec<(AreaView, crate::plan::Held)> {
+        self.held_views(&self.writable)
+    }
+
+    fn held_views(&self, areas: &[Area]) -> Vec<(AreaView, crate::plan::Held)> {
+        areas
+            .iter()
+            .filter_map(|a| {
+                // A duplicate fails only when the process is out of descriptors; the area is
+                // then left out (less access, never a by-name bind).
+                let held = crate::plan::Held::dup(&*a.dir).ok()?;
+                let mut view = self.area_view(&a.key);
+                if let Some(p) = held.current_path() {
+                    view.host_path = p;
+                }
+                Some((view, held))
+            })
+            .collect()
     }
 
     /// The mount a sandbox path belongs to, when the path is well formed.

@@ -210,6 +210,21 @@ impl Broker {
     pub fn token(&self) -> &str {
         &self.token
     }
+
+    /// Lets a worker running as another host user (root workcell, unprivileged worker) reach
+    /// the socket and the files beside it: the directory and socket go to the worker's group
+    /// (0750 / 0660) and stay root's. Nothing changes when the worker is this process's user.
+    pub fn share_with(&self, user: crate::plan::UserSpec) -> Result<(), String> {
+        if rustix::process::geteuid().as_raw() != 0 || user.uid == 0 {
+            return Ok(());
+        }
+        let gid = rustix::process::Gid::from_raw(user.gid);
+        let share = |p: &Path, mode: u32| -> std::io::Result<()> {
+            rustix::fs::chown(p, None, Some(gid))?;
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        };
+        share(self.dir.path(), 0o750).and_then(|()| share(&self.socket(), 0o660)).map_err(|e| format!("cannot give the worker access to the broker socket: {e}"))
+    }
 }
 
 /// The bwrap supervisor polls the listening socket and starts the server on the first

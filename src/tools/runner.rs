@@ -97,6 +97,7 @@ impl SandboxRunner for BackendRunner {
             std::fs::write(dir.join(&a.name), &a.bytes).map_err(|e| format!("cannot stage attachment {}: {e}", a.name))?;
         }
         std::fs::write(broker.dir().join("instructions.md"), &worker.instructions).map_err(|e| e.to_string())?;
+        broker.share_with(plan.user)?;
         plan.attach_broker(broker.dir(), broker.token());
         plan.env.insert("WORKCELL_INPUT".into(), format!("{}/input.txt", crate::plan::BROKER_MOUNT_POINT));
         plan.env.insert("WORKCELL_ATTACHMENTS".into(), format!("{}/attachments", crate::plan::BROKER_MOUNT_POINT));

@@ -420,7 +420,12 @@ impl ToolService {
         }
         chain.push(name.to_string());
         let sb = self.sandbox();
-        let child_sandbox = child.decl.apply(&sb).map_err(ToolError::Sandbox)?;
+        let mut child_sandbox = child.decl.apply(&sb).map_err(ToolError::Sandbox)?;
+        // The child keeps its own `network: false` (its project-derived sandbox carries it);
+        // the parent's network can only narrow it, never widen it.
+        if !child.sandbox.network() {
+            child_sandbox = child_sandbox.without_network();
+        }
         let files = self.check_attachments(&sb, &child, attachments)?;
         let ask = self.caller.worker.as_ref().and_then(|w| w.tool_rules.get("call_worker").and_then(|r| r.approval_required)).unwrap_or(true);
         if ask {
@@ -498,13 +503,15 @@ impl ToolService {
         if !p.is_absolute() || path.contains('\0') {
             return Err(ToolError::Refused(format!("'{path}' must be an absolute host path")));
         }
-        let canon = std::fs::canonicalize(p).map_err(|e| ToolError::Refused(format!("'{path}' cannot be used: {e}")))?;
-        let dir = if canon.is_dir() { canon } else { canon.parent().map(|d| d.to_path_buf()).unwrap_or(canon) };
+        // Resolved once, into a handle: the prompt shows the path that handle has, and the
+        // grant is that handle, so swapping a link in while the person reads changes nothing.
+        let opened = crate::sandbox::open_for_expansion(p).map_err(|e| ToolError::Refused(format!("'{path}' cannot be used: {e}")))?;
+        let dir = opened.path.clone();
         let verb = if mode == ZoneMode::Rw { "read and write" } else { "read" };
         self.consent(ApprovalRequest::new(Action::Expand, format!("{} ({verb}) for this session", dir.display()), format!("{}:{mode}", dir.display())))?;
         let zone = format!("granted-{}", self.expansions().len() + 1);
         let mut sb = self.sandbox.write().map_err(|_| ToolError::Failed("the sandbox lock was poisoned".into()))?;
-        let expanded = sb.with_extra_mount(&zone, &dir, mode).map_err(ToolError::Sandbox)?;
+        let expanded = sb.with_extra_mount(&zone, opened, mode).map_err(ToolError::Sandbox)?;
         *sb = expanded;
         if let Ok(mut e) = self.expansions.lock() {
             e.push(Expansion { host_dir: dir.clone(), zone: zone.clone(), mode });

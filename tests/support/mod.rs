@@ -23,6 +23,30 @@ pub fn docker_or_skip(test: &str) -> bool {
     }
 }
 
+/// The host user tests hand their project directories to when they run as root (as CI
+/// does): workers run as the project directory's owner, never as root.
+pub const TEST_WORKER_UID: u32 = 1000;
+
+/// The host uid a worker runs as in these tests: [`TEST_WORKER_UID`] as root, else ours.
+pub fn worker_uid() -> u32 {
+    let me = rustix::process::geteuid().as_raw();
+    if me == 0 {
+        TEST_WORKER_UID
+    } else {
+        me
+    }
+}
+
+/// Gives `path` and everything below it to the test worker (only as root), so that a worker
+/// can write where a test lets it.
+pub fn give_to_worker(path: &Path) {
+    if rustix::process::geteuid().as_raw() != 0 {
+        return;
+    }
+    let status = StdCommand::new("chown").arg("-R").arg(format!("{TEST_WORKER_UID}:{TEST_WORKER_UID}")).arg(path).status().expect("chown");
+    assert!(status.success(), "chown -R {}", path.display());
+}
+
 /// A project directory (`proj/`) with zones `in/` (holding `a.txt`) and `out/`, plus a
 /// sibling directory `secret/` that is never a zone.
 pub struct Proj {
@@ -40,6 +64,7 @@ impl Proj {
         }
         std::fs::write(dir.join("in/a.txt"), "hello from in\n").expect("write");
         std::fs::write(root.join("secret/s.txt"), "secret\n").expect("write");
+        give_to_worker(&dir);
         Proj { tmp, dir }
     }
 

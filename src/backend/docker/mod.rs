@@ -9,6 +9,7 @@ pub mod maintenance;
 pub mod render;
 pub mod reaper;
 mod runner;
+pub mod staging;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -173,8 +173,8 @@ mod tests {
                 SystemEntry::Bind { path: "/etc/ssl".into() },
             ],
             mounts: vec![
-                PlanMount { source: PathBuf::from("/home/u/p/in"), target: "/in".into(), read_only: true },
-                PlanMount { source: PathBuf::from("/home/u/p/out"), target: "/out".into(), read_only: false },
+                PlanMount { source: PathBuf::from("/home/u/p/in"), target: "/in".into(), read_only: true, held: None },
+                PlanMount { source: PathBuf::from("/home/u/p/out"), target: "/out".into(), read_only: false, held: None },
             ],
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
             network,

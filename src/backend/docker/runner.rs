@@ -55,7 +55,10 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
         _ = sigterm.recv() => return Ok(143),
         _ = sighup.recv() => return Ok(129),
     };
-    let mut settings = render::render(plan, &image, &render::choose_init(plan));
+    // Zones are bound as the handles that were checked (see `staging`); the staging mounts
+    // go as soon as the container has started, and on every other path with `staging`.
+    let (staged, mut staging) = super::staging::stage(plan)?;
+    let mut settings = render::render(&staged, &image, &render::choose_init(plan));
     if let Some(labels) = settings.create.labels.as_mut() {
         labels.insert(LABEL_PID.into(), std::process::id().to_string());
     }
@@ -66,11 +69,12 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
     // Creating is raced with the signals too; if a signal wins, the container may exist
     // already, so cleanup below runs on every path from here on.
     let ended = tokio::select! {
-        r = create_and_supervise(&docker, plan, &name, options, settings, sink) => r,
+        r = create_and_supervise(&docker, plan, &name, options, settings, sink, &mut staging) => r,
         _ = sigint.recv() => Ok(Ended::Signalled(130, "SIGINT")),
         _ = sigterm.recv() => Ok(Ended::Signalled(143, "SIGTERM")),
         _ = sighup.recv() => Ok(Ended::Signalled(129, "SIGHUP")),
     };
+    drop(staging);
     remove(&docker, &name).await;
     if let Some(r) = reaper {
         r.disarm();
@@ -108,6 +112,7 @@ async fn create_and_supervise(
     options: CreateContainerOptions,
     settings: render::DockerSettings,
     sink: Sink,
+    staging: &mut Option<super::staging::Staging>,
 ) -> Result<Ended, DockerError> {
     docker.create_container(Some(options), settings.create).await.map_err(|e| create_error(plan, e))?;
 
@@ -192,6 +197,9 @@ async fn create_and_supervise(
             t.abort();
         }
         return start_error(plan, e);
+    }
+    if let Some(s) = staging.take() {
+        s.release();
     }
 
     let mut winch = if plan.tty { signal(SignalKind::window_change()).ok() } else { None };

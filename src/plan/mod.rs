@@ -5,10 +5,15 @@
 //! profile) and run the rendering; none of them re-reads configuration.
 
 use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
+
+mod control;
 
 use crate::config::{ImageRef, Limits, Project, Worker};
 use crate::sandbox::{Addressing, Sandbox};
@@ -26,14 +31,58 @@ pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin
 pub const DEFAULT_PIDS: i64 = 512;
 pub const DEFAULT_MEMORY: u64 = 2 << 30;
 
-/// A host directory bound into the worker.
+/// A host directory (or file) bound into the worker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlanMount {
-    /// Absolute, canonical host directory.
+    /// Absolute host path of the object, read from its handle when the plan was made (shown
+    /// to people; used for binding only where no backend can bind the handle).
     pub source: PathBuf,
     /// Absolute path inside the worker.
     pub target: String,
     pub read_only: bool,
+    /// The object that was checked, held open: backends bind this very handle, never the
+    /// path again, so a worker that renames directories cannot re-aim the mount.
+    #[serde(skip)]
+    pub held: Option<Held>,
+}
+
+/// An open descriptor of a checked directory or file. Two are equal only when they are the
+/// same handle.
+#[derive(Clone)]
+pub struct Held(pub Arc<OwnedFd>);
+
+impl Held {
+    /// A handle of its own for `fd` (a duplicate, close-on-exec).
+    pub fn dup(fd: impl AsFd) -> std::io::Result<Held> {
+        Ok(Held(Arc::new(fd.as_fd().try_clone_to_owned()?)))
+    }
+
+    /// The handle's current host path, for messages and plans (`None` when the kernel has
+    /// no name for it, e.g. after its directory was removed).
+    pub fn current_path(&self) -> Option<PathBuf> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", self.0.as_raw_fd())).ok()?;
+        (link.is_absolute() && !link.to_string_lossy().ends_with(" (deleted)")).then_some(link)
+    }
+
+    /// Device and inode of the held object.
+    pub fn identity(&self) -> std::io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(&*self.0)?;
+        Ok((st.st_dev, st.st_ino))
+    }
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Held) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Held {}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Held(fd {})", self.0.as_raw_fd())
+    }
 }
 
 /// One entry of the host system layout a worker sees with `image: host`.
@@ -163,25 +212,42 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
         }
     };
     let preapproved = |mount: &str| sandbox.mounts().iter().any(|m| m.name == mount && m.approval.writes_preapproved());
-    let writable: Vec<_> = sandbox.writable_areas().into_iter().filter(|a| preapproved(&a.mount)).collect();
+    let writable: Vec<_> = sandbox.writable_held().into_iter().filter(|(a, _)| preapproved(&a.mount)).collect();
     let mut out: Vec<PlanMount> = Vec::new();
-    for a in sandbox.readable_areas() {
-        let rw = writable.iter().any(|w| w.sandbox_path == a.sandbox_path);
-        out.push(PlanMount { source: a.host_path, target: target_of(&a.sandbox_path), read_only: !rw });
+    for (a, held) in sandbox.readable_held() {
+        let rw = writable.iter().any(|(w, _)| w.sandbox_path == a.sandbox_path);
+        out.push(PlanMount { source: a.host_path, target: target_of(&a.sandbox_path), read_only: !rw, held: Some(held) });
     }
     // Writable areas nested inside a read-only area get their own read-write mount.
-    for w in writable {
+    for (w, held) in writable {
         if !out.iter().any(|m| m.target == target_of(&w.sandbox_path)) {
-            out.push(PlanMount { source: w.host_path, target: target_of(&w.sandbox_path), read_only: false });
+            out.push(PlanMount { source: w.host_path, target: target_of(&w.sandbox_path), read_only: false, held: Some(held) });
         }
     }
     out.sort_by(|a, b| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
     out
 }
 
-fn invoking_user() -> UserSpec {
-    // SAFETY-free: getuid/getgid cannot fail.
-    UserSpec { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() }
+/// The host user workers run as when workcell runs as root and the project's owner is root
+/// too (`nobody:nogroup` on Debian and most distributions).
+pub const FALLBACK_USER: UserSpec = UserSpec { uid: 65534, gid: 65534 };
+
+/// The host user a worker runs as; never uid or gid 0. As a normal user: that user. As root:
+/// `defaults.user` when set, else the owner of the project directory when it is not root,
+/// else [`FALLBACK_USER`]. (A worker holding host uid 0, even without capabilities, owns
+/// every root-owned file and could leave set-uid-root programs in its zones.)
+pub fn worker_user(project_dir: &Path, configured: Option<UserSpec>) -> UserSpec {
+    let me = UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
+    if me.uid != 0 {
+        return me;
+    }
+    if let Some(u) = configured {
+        return u;
+    }
+    match std::fs::metadata(project_dir) {
+        Ok(m) if m.uid() != 0 => UserSpec { uid: m.uid(), gid: if m.gid() != 0 { m.gid() } else { FALLBACK_USER.gid } },
+        _ => FALLBACK_USER,
+    }
 }
 
 impl LaunchPlan {
@@ -226,6 +292,10 @@ impl LaunchPlan {
             env.insert("WORKCELL_WORKER".to_string(), w.clone());
         }
         let zones: Vec<String> = mounts.iter().map(|m| format!("{}:{}", m.target, if m.read_only { "ro" } else { "rw" })).collect();
+        // After the zones, so that they cover them (and after the list the worker is told).
+        let control = control::control_mounts(project, &mounts);
+        let mut mounts = mounts;
+        mounts.extend(control);
         env.insert("WORKCELL_ZONES".to_string(), zones.join(","));
         env.insert("WORKCELL_NETWORK".to_string(), if network { "1" } else { "0" }.to_string());
         if let Some(w) = worker {
@@ -278,7 +348,7 @@ impl LaunchPlan {
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
             network,
             env,
-            user: invoking_user(),
+            user: worker_user(&project.dir, project.defaults.user),
             workdir,
             command,
             limits,
@@ -306,7 +376,10 @@ impl LaunchPlan {
     /// where the socket is and which token to send. (A Unix socket on a read-only mount can
     /// still be connected to.)
     pub fn attach_broker(&mut self, dir: &Path, token: &str) {
-        self.mounts.push(PlanMount { source: dir.to_path_buf(), target: BROKER_MOUNT_POINT.to_string(), read_only: true });
+        // Bound by handle like the zones (a backend that cannot falls back to the path, which
+        // only this process can change: the directory is private).
+        let held = std::fs::File::open(dir).ok().map(|f| Held(Arc::new(f.into())));
+        self.mounts.push(PlanMount { source: dir.to_path_buf(), target: BROKER_MOUNT_POINT.to_string(), read_only: true, held });
         self.env.insert("WORKCELL_BROKER".to_string(), format!("{BROKER_MOUNT_POINT}/broker.sock"));
         self.env.insert("WORKCELL_TOKEN".to_string(), token.to_string());
     }
