@@ -23,6 +23,24 @@ pub fn docker_or_skip(test: &str) -> bool {
     }
 }
 
+/// Whether `backend` ("bwrap" or "docker") works here. Without it the test is skipped with a
+/// note, unless `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` makes that a failure.
+pub fn backend_ready(backend: &str) -> bool {
+    let (result, gate) = match backend {
+        "bwrap" => (workcell::backend::bwrap::probe().map(|_| ()), "WORKCELL_REQUIRE_BWRAP"),
+        "docker" => (workcell::backend::docker::probe().map(|_| ()), "WORKCELL_REQUIRE_DOCKER"),
+        other => panic!("unknown backend {other}"),
+    };
+    match result {
+        Ok(()) => true,
+        Err(e) if std::env::var(gate).as_deref() == Ok("1") => panic!("{gate}=1 but the {backend} backend is unavailable: {e}"),
+        Err(e) => {
+            eprintln!("note: skipping a {backend} test ({e}); set {gate}=1 to make this a failure");
+            false
+        }
+    }
+}
+
 /// The host user tests hand their project directories to when they run as root (as CI
 /// does): workers run as the project directory's owner, never as root.
 pub const TEST_WORKER_UID: u32 = 1000;
