@@ -189,6 +189,51 @@ mod body {
         assert!(checked > 0 && swaps > 0, "the race never ran");
     }
 
+    /// `request_access` for a directory in the worker's own zone; while the person reads the
+    /// prompt, the worker swaps it for a link to a host directory. The grant is what the
+    /// prompt showed, for the tools and for the backend alike.
+    pub fn expansion_grants_what_was_shown(backend: &str) {
+        let config = format!("{OUT_RW}  dynamic: true\n");
+        let scene = Scene::new(&config);
+        let project = Arc::new(scene.project());
+        let sub = scene.dir.join("out/sub");
+        let shown = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let prompter = Swapper { sub: sub.clone(), outside: scene.outside(), shown: shown.clone() };
+        let approver = workcell::tools::approval::Approver::new(workcell::tools::approval::ApprovalMode::Interactive, Some(Box::new(prompter)));
+        let choice = if backend == "bwrap" { BackendChoice::Bwrap } else { BackendChoice::Docker };
+        let runner = workcell::tools::runner::BackendRunner::new(project.clone(), choice, workcell::tools::approval::ApprovalMode::Strict);
+        let caller = workcell::tools::service::Caller { worker: None, chain: Vec::new() };
+        let audit = workcell::tools::audit::AuditLog::new(&scene.dir, "escape-test");
+        let service = workcell::tools::service::ToolService::new(project.clone(), caller, project.sandbox.clone(), approver, audit, Arc::new(runner));
+        service.request_access(&sub.to_string_lossy(), "ro").expect("granted");
+        let prompts = shown.lock().expect("prompts").clone();
+        assert_eq!(prompts.len(), 1);
+        assert!(prompts[0].contains(&*sub.to_string_lossy()), "the prompt should name the directory: {prompts:?}");
+        let read = service.read_file("/granted-1/marker.txt", 1000, 0).expect("read through the grant");
+        assert!(read.to_string().contains("CHECKED") && !read.to_string().contains("OUTSIDE"), "the tools read another directory than the one shown: {read}");
+        let plan = LaunchPlan::build(&project, None, &service.sandbox(), &sh("cat /granted-1/marker.txt")).expect("plan");
+        let out = run(backend, &plan);
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains("CHECKED") && !stdout.contains("OUTSIDE-SECRET"), "the worker got another directory than the one shown: {stdout}");
+    }
+
+    /// Answers yes, after swapping the requested directory for a link to `outside`.
+    struct Swapper {
+        sub: PathBuf,
+        outside: PathBuf,
+        shown: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl workcell::tools::approval::Prompter for Swapper {
+        fn ask(&mut self, req: &workcell::tools::approval::ApprovalRequest) -> Result<workcell::tools::approval::Choice, String> {
+            self.shown.lock().map_err(|e| e.to_string())?.push(req.subject.clone());
+            let moved = self.sub.with_extension("checked");
+            std::fs::rename(&self.sub, &moved).map_err(|e| e.to_string())?;
+            std::os::unix::fs::symlink(&self.outside, &self.sub).map_err(|e| e.to_string())?;
+            Ok(workcell::tools::approval::Choice::Once)
+        }
+    }
+
     /// With the whole project writable (root form), the worker cannot rewrite the config,
     /// add worker files, or plant a link where workcell keeps its audit log.
     pub fn control_files_stay_read_only(backend: &str) {
@@ -271,6 +316,13 @@ macro_rules! backend_suite {
                 if ready() {
                     let rounds = if stringify!($backend) == "docker" { 15 } else { 40 };
                     super::body::swap_race_never_reaches_the_host(stringify!($backend), rounds);
+                }
+            }
+
+            #[test]
+            fn expansion_grants_what_was_shown() {
+                if ready() {
+                    super::body::expansion_grants_what_was_shown(stringify!($backend));
                 }
             }
 
