@@ -375,8 +375,15 @@ fn probe_uncached() -> Result<PathBuf, Unavailable> {
 /// The throwaway sandbox of [`probe`]: the same namespace and privilege options as a real
 /// run, around the host's own root.
 fn probe_command(located: &Located) -> Command {
-    let (uid, gid) = (rustix::process::getuid().as_raw().to_string(), rustix::process::getgid().as_raw().to_string());
+    // As the user a worker would run as: root's namespaces work where an unprivileged
+    // user's may not (user namespaces can be restricted to root).
+    let user = crate::plan::worker_user(Path::new("/"), None);
+    let (uid, gid) = (user.uid.to_string(), user.gid.to_string());
     let mut cmd = Command::new(&located.path);
+    if rustix::process::geteuid().as_raw() != user.uid {
+        std::os::unix::process::CommandExt::uid(&mut cmd, user.uid);
+        std::os::unix::process::CommandExt::gid(&mut cmd, user.gid);
+    }
     cmd.args(["--unshare-all", "--unshare-user", "--uid", &uid, "--gid", &gid]);
     if located.features.disable_userns {
         cmd.arg("--disable-userns");
@@ -472,16 +479,6 @@ mod runner {
         Ok((render_argv_passed(plan, &located.path, located.features, &passed), owned))
     }
 
-    /// Runs bwrap as the plan's user, never as root: a root workcell drops to the worker's
-    /// uid and gid (and no supplementary groups) between fork and exec, so the user
-    /// namespace bwrap makes maps the worker to that unprivileged host uid.
-    fn as_worker(cmd: &mut Command, plan: &LaunchPlan) {
-        let me = rustix::process::geteuid().as_raw();
-        if me == 0 || me != plan.user.uid {
-            cmd.uid(plan.user.uid).gid(plan.user.gid);
-        }
-    }
-
     /// The bwrap binary for `plan` and the run's cgroup, with the limits it cannot enforce.
     ///
     /// Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
@@ -526,7 +523,7 @@ mod runner {
         };
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
-        as_worker(&mut cmd, plan);
+        crate::backend::as_worker(&mut cmd, plan);
         // bwrap's status pipe stays open until the run is over: bwrap reports the exit code
         // there at the end, and a closed pipe would kill it with SIGPIPE.
         let mut report: Option<StatusPipe> = None;
@@ -627,7 +624,7 @@ mod runner {
 
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
-        as_worker(&mut cmd, plan);
+        crate::backend::as_worker(&mut cmd, plan);
         let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
         if !(plan.interactive || plan.tty) {
             cmd.stdin(Stdio::null());

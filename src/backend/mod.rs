@@ -149,6 +149,16 @@ pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, B
     }
 }
 
+/// Makes `cmd` run as the plan's user, never as root: a root workcell drops to the worker's
+/// uid and gid (and no supplementary groups) between fork and exec. Under bwrap the user
+/// namespace then maps the worker to that unprivileged host uid.
+pub(crate) fn as_worker(cmd: &mut std::process::Command, plan: &LaunchPlan) {
+    use std::os::unix::process::CommandExt;
+    if rustix::process::geteuid().as_raw() != plan.user.uid {
+        cmd.uid(plan.user.uid).gid(plan.user.gid);
+    }
+}
+
 /// Held while a spawn may pass descriptors on: bwrap's status and block pipes are made
 /// inheritable only around its spawn (clearing `FD_CLOEXEC` in a `pre_exec` hook would force
 /// std to fork instead of posix_spawn), so no other process may be started meanwhile, or it

@@ -14,6 +14,7 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
     };
     let mut cmd = Command::new(prog);
     cmd.args(args).env_clear().envs(host_env(plan));
+    super::as_worker(&mut cmd, plan);
     match crate::backend::spawn_exclusive(|| cmd.spawn()).and_then(|mut c| c.wait()) {
         Ok(s) => Ok(exit_code_of(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -41,6 +42,7 @@ pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> 
     };
     let mut cmd = Command::new(prog);
     cmd.args(args).env_clear().envs(host_env(plan));
+    super::as_worker(&mut cmd, plan);
     super::capture(cmd, plan.limits.timeout)
 }
 

@@ -27,6 +27,10 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
     for dir in crate::tools::broker::remove_stale_dirs() {
         eprintln!("removed broker directory {}", dir.display());
     }
+    // The docker staging mounts of runs that were killed before their container started.
+    for dir in crate::backend::docker::staging::remove_stale() {
+        eprintln!("removed staging directory {}", dir.display());
+    }
     let report = gc(args.all).map_err(|e| CliError::Failed(e.to_string()))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
