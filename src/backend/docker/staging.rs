@@ -27,6 +27,8 @@ const STAGING_BASE: &str = "/run/workcell-staging";
 pub struct Staging {
     dir: PathBuf,
     points: Vec<PathBuf>,
+    /// Whether `dir` is a (private) mount of its own, to be detached last.
+    private: bool,
 }
 
 /// `plan` with every held mount's source replaced by a path that names exactly the held
@@ -55,7 +57,13 @@ pub fn stage(plan: &LaunchPlan) -> Result<(LaunchPlan, Option<Staging>), DockerE
     }
     let dir = base.join(&plan.run_id);
     std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| fail("create", &dir, e))?;
-    let mut staging = Staging { dir, points: Vec::new() };
+    let mut staging = Staging { dir, points: Vec::new(), private: false };
+    // A private mount of its own, so that the staging mounts made inside it do not
+    // propagate to other mount namespaces where the host's mounts are shared (systemd).
+    if rustix::mount::mount_bind(&staging.dir, &staging.dir).is_ok() {
+        staging.private = true;
+        rustix::mount::mount_change(&staging.dir, rustix::mount::MountPropagationFlags::PRIVATE).map_err(|e| fail("make private", &staging.dir, e.into()))?;
+    }
     for (i, m) in staged.mounts.iter_mut().enumerate() {
         let Some(held) = &m.held else { continue };
         let point = staging.dir.join(i.to_string());
@@ -107,6 +115,9 @@ impl Staging {
             let _ = rustix::mount::unmount(&p, rustix::mount::UnmountFlags::DETACH);
             let _ = std::fs::remove_dir(&p).or_else(|_| std::fs::remove_file(&p));
         }
+        if std::mem::take(&mut self.private) {
+            let _ = rustix::mount::unmount(&self.dir, rustix::mount::UnmountFlags::DETACH);
+        }
         if let Ok(entries) = std::fs::read_dir(&self.dir) {
             for e in entries.flatten() {
                 let _ = std::fs::remove_dir(e.path()).or_else(|_| std::fs::remove_file(e.path()));
@@ -133,7 +144,8 @@ pub fn remove_stale() -> Vec<PathBuf> {
         if !old {
             continue;
         }
-        let mut s = Staging { dir: dir.clone(), points: std::fs::read_dir(&dir).map(|r| r.flatten().map(|x| x.path()).collect()).unwrap_or_default() };
+        let points = std::fs::read_dir(&dir).map(|r| r.flatten().map(|x| x.path()).collect()).unwrap_or_default();
+        let mut s = Staging { dir: dir.clone(), points, private: true };
         s.cleanup();
         if !dir.exists() {
             removed.push(dir);
