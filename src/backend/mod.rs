@@ -27,6 +27,8 @@ pub mod cgroup;
 pub mod docker;
 pub mod none;
 pub mod seatbelt;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
 
 use crate::config::{BackendChoice, ImageRef};
 use crate::plan::LaunchPlan;
