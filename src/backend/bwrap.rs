@@ -476,6 +476,15 @@ mod runner {
             };
             passed.mounts.push(fd);
         }
+        match crate::backend::seccomp::filter_fd() {
+            Ok(fd) => {
+                passed.seccomp = Some(fd.as_raw_fd());
+                owned.push(fd);
+            }
+            // No syscall table for this architecture: say so on every run, never silently.
+            Err(e @ crate::backend::seccomp::SeccompError::UnsupportedArch(_)) => eprintln!("workcell: warning: {e}"),
+            Err(e) => return Err(BackendError::Failed(e.to_string())),
+        }
         Ok((render_argv_passed(plan, &located.path, located.features, &passed), owned))
     }
 
