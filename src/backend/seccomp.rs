@@ -263,7 +263,7 @@ mod tests {
     #[test]
     fn filter_is_whole_instructions_and_cached() {
         let a = bwrap_filter().expect("filter");
-        assert!(!a.is_empty() && a.len() % 8 == 0 && a.len() / 8 < 4096);
+        assert!(!a.is_empty() && a.len().is_multiple_of(8) && a.len() / 8 < 4096);
         assert!(std::ptr::eq(a, bwrap_filter().unwrap()));
     }
 
