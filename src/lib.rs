@@ -11,3 +11,4 @@ pub mod plan;
 pub mod cli;
 pub mod backend;
 pub mod tools;
+pub mod fds;
