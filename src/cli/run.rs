@@ -184,7 +184,10 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
             "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}))
         .map_err(|e| CliError::Failed(format!("cannot write the audit log: {e}")))?;
     let result = backend::run(selected, &plan, broker.as_ref().map(|b| b as &dyn backend::OnDemand));
-    let _ = audit.record("run_end", serde_json::json!({"exit_code": result.as_ref().ok(), "error": result.as_ref().err().map(|e| e.to_string())}));
+    if let Err(e) = audit.record("run_end", serde_json::json!({"exit_code": result.as_ref().ok(), "error": result.as_ref().err().map(|e| e.to_string())})) {
+        // The run has happened; its end at least is not lost silently.
+        eprintln!("workcell: cannot record the end of the run in the audit log: {e}");
+    }
     drop(broker);
     if let Some(summary) = service.expansion_summary() {
         eprintln!("{summary}");
