@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use cap_std::fs::Dir;
+
 use clap::Args;
 
 use super::CliError;
@@ -55,32 +57,50 @@ limits:
 Count the lines of each input file and write the totals to /out/line-counts.txt.
 "#;
 
-/// Writes `bytes` to `path` atomically (temporary file in the same directory, then rename).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` to `name` in `dir` atomically: a new temporary file (`O_EXCL`, random
+/// name) beside it, then a rename. Both beneath `dir`'s handle, so a symlink planted in the
+/// project (by a worker whose zone it is) cannot lead the write outside.
+pub fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    let mut opts = cap_std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    let mut attempt = 0;
+    let (tmp, mut file) = loop {
+        let mut r = [0u8; 8];
+        getrandom::fill(&mut r).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let tmp = format!(".{name}.{}.tmp", r.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        match dir.open_with(&tmp, &opts) {
+            Ok(f) => break (tmp, f),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 10 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    };
+    let result = file.write_all(bytes).and_then(|_| file.sync_all()).and_then(|_| dir.rename(&tmp, dir, name));
+    if result.is_err() {
+        let _ = dir.remove_file(&tmp);
+    }
+    result
 }
 
 pub fn run(args: &InitArgs) -> Result<i32, CliError> {
     let dir = &args.dir;
     let config = dir.join(CONFIG_FILE);
     let worker = dir.join("workers").join("line-count.worker");
-    for f in [&config, &worker] {
-        if f.exists() && !args.force {
+    let fail = |what: &Path, e: std::io::Error| CliError::Failed(format!("cannot write {}: {e}", what.display()));
+    // The directory named is the user's; everything in it is reached beneath its handle.
+    std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
+    let root = Dir::open_ambient_dir(dir, cap_std::ambient_authority()).map_err(|e| fail(dir, e))?;
+    for (f, rel) in [(&config, Path::new(CONFIG_FILE)), (&worker, Path::new("workers/line-count.worker"))] {
+        if root.symlink_metadata(rel).is_ok() && !args.force {
             return Err(CliError::Usage(format!("{} already exists; pass --force to overwrite it", f.display())));
         }
     }
-    let fail = |what: &Path, e: std::io::Error| CliError::Failed(format!("cannot write {}: {e}", what.display()));
-    for d in [dir.join("data"), dir.join("out"), dir.join("workers")] {
-        std::fs::create_dir_all(&d).map_err(|e| fail(&d, e))?;
+    for d in ["data", "out", "workers"] {
+        root.create_dir_all(d).map_err(|e| fail(&dir.join(d), e))?;
     }
-    write_atomic(&config, STARTER_CONFIG.as_bytes()).map_err(|e| fail(&config, e))?;
-    write_atomic(&worker, STARTER_WORKER.as_bytes()).map_err(|e| fail(&worker, e))?;
+    let workers = root.open_dir("workers").map_err(|e| fail(&dir.join("workers"), e))?;
+    write_atomic(&root, CONFIG_FILE, STARTER_CONFIG.as_bytes()).map_err(|e| fail(&config, e))?;
+    write_atomic(&workers, "line-count.worker", STARTER_WORKER.as_bytes()).map_err(|e| fail(&worker, e))?;
     println!("wrote {} and {}", config.display(), worker.display());
     println!("next: put files in {}/data, then `workcell check /data` or `workcell run line-count`", dir.display());
     Ok(0)

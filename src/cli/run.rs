@@ -168,7 +168,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
     let broker = if args.no_broker { None } else { Some(Broker::bind(service.clone()).map_err(CliError::Failed)?) };
     if let (Some(broker), Some(text)) = (&broker, worker_instructions) {
-        let _ = std::fs::write(broker.dir().join("instructions.md"), text);
+        broker.stage("instructions.md", text.as_bytes()).map_err(CliError::Failed)?;
         plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
     }
     if let Some(broker) = &broker {

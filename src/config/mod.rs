@@ -455,7 +455,12 @@ impl MountBuilder<'_> {
             let rel = host.trim_start_matches("./");
             check_relative_dir(rel).map_err(|m| diag.at(host_loc, m.replace("sandbox folder", "zone path in sandboxed mode")))?;
             let p = self.dir.join(self.folder).join(rel);
-            std::fs::create_dir_all(&p).map_err(|e| diag.at(host_loc, format!("cannot create the zone directory '{}': {e}", p.display())))?;
+            // Beneath the project's handle: a symlink planted in the project (say `.sandbox`
+            // -> /etc, by a worker whose zone the project is) cannot make this create
+            // directories elsewhere.
+            cap_std::fs::Dir::open_ambient_dir(self.dir, cap_std::ambient_authority())
+                .and_then(|d| d.create_dir_all(Path::new(self.folder).join(rel)))
+                .map_err(|e| diag.at(host_loc, format!("cannot create the zone directory '{}': {e}", p.display())))?;
             p
         } else {
             let p = Path::new(&host);

@@ -202,6 +202,25 @@ impl Broker {
         self.dir.path()
     }
 
+    /// Writes a new file for the worker to read into the broker directory: `rel` is a name,
+    /// or `dir/name` below a directory made with [`Broker::stage_dir`]. Opened beneath the
+    /// directory's handle with `O_EXCL`, so nothing already there (a link, a file) is
+    /// followed or replaced.
+    pub fn stage(&self, rel: &str, bytes: &[u8]) -> Result<(), String> {
+        use std::io::Write;
+        let dir = cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        let mut f = dir.open_with(rel, &opts).map_err(|e| format!("cannot stage {rel}: {e}"))?;
+        f.write_all(bytes).map_err(|e| format!("cannot stage {rel}: {e}"))
+    }
+
+    /// Makes a new directory `name` in the broker directory (see [`Broker::stage`]).
+    pub fn stage_dir(&self, name: &str) -> Result<(), String> {
+        let dir = cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
+        dir.create_dir(name).map_err(|e| format!("cannot stage {name}: {e}"))
+    }
+
     /// The socket's host path.
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join(SOCKET_NAME)

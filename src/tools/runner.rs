@@ -90,13 +90,17 @@ impl SandboxRunner for BackendRunner {
         let service = Arc::new(child_runner.service_for(caller, sandbox.clone(), &plan.run_id));
         let broker = Broker::start(service)?;
         // Input and attachments sit beside the socket, in the read-only broker directory.
-        std::fs::write(broker.dir().join("input.txt"), input).map_err(|e| format!("cannot stage the input: {e}"))?;
-        let dir = broker.dir().join("attachments");
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot stage attachments: {e}"))?;
+        broker.stage("input.txt", input.as_bytes())?;
+        broker.stage_dir("attachments")?;
         for a in attachments {
-            std::fs::write(dir.join(&a.name), &a.bytes).map_err(|e| format!("cannot stage attachment {}: {e}", a.name))?;
+            // A name only (the last component of the path the caller gave): never `..` or a
+            // path, which would leave the attachments directory.
+            if a.name.is_empty() || a.name == "." || a.name == ".." || a.name.contains('/') {
+                return Err(format!("cannot stage the attachment '{}': not a file name", a.name));
+            }
+            broker.stage(&format!("attachments/{}", a.name), &a.bytes)?;
         }
-        std::fs::write(broker.dir().join("instructions.md"), &worker.instructions).map_err(|e| e.to_string())?;
+        broker.stage("instructions.md", worker.instructions.as_bytes())?;
         broker.share_with(plan.user)?;
         plan.attach_broker(broker.dir(), broker.token());
         plan.env.insert("WORKCELL_INPUT".into(), format!("{}/input.txt", crate::plan::BROKER_MOUNT_POINT));
