@@ -79,8 +79,8 @@ pub fn diagnose() -> DockerDiagnosis {
             }
             Err(e) => d.error = Some(format!("the daemon answered but `version` failed: {}", api_message(&e))),
         }
-        let user = UserSpec { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() };
-        if let Ok((tag, _)) = image::host_base(&host_system_layout(), user) {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        if let Ok((tag, _)) = image::host_base(&host_system_layout(), crate::plan::worker_user(&cwd, None)) {
             let built = docker.inspect_image(&tag).await.is_ok();
             d.host_image = Some((tag, built));
         }
@@ -160,8 +160,16 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
         }
     }
 
-    let user = UserSpec { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() };
-    let current_host = image::host_base(&host_system_layout(), user).ok().map(|(t, _)| t);
+    // Base images are per worker user: keep the ones of every user a run from here would use
+    // (this user, the current directory's owner as root, the fallback user).
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let me = UserSpec { uid: rustix::process::getuid().as_raw(), gid: rustix::process::getgid().as_raw() };
+    let layout = host_system_layout();
+    let current_host: Vec<String> = [me, crate::plan::worker_user(&cwd, None), crate::plan::FALLBACK_USER]
+        .into_iter()
+        .filter_map(|u| image::host_base(&layout, u).ok().map(|(t, _)| t))
+        .collect();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     let images = docker
         .list_images(Some(ListImagesOptions { all: false, filters: Some(filter(None)), ..Default::default() }))
         .await
@@ -170,10 +178,11 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
         let tags: Vec<String> = img.repo_tags.iter().filter(|t| t.as_str() != "<none>:<none>").cloned().collect();
         let kind = img.labels.get(LABEL_KIND).map(String::as_str);
         let remove = if tags.is_empty() {
-            true
+            // An untagged image this young may be a step of a build in progress.
+            now - img.created > 600
         } else {
             match kind {
-                Some("host-base") => all || !tags.iter().any(|t| Some(t) == current_host.as_ref()),
+                Some("host-base") => all || !tags.iter().any(|t| current_host.contains(t)),
                 Some("build") => all || !build_is_current(&img.labels, &tags),
                 Some("temporary") => true,
                 // Managed images of other kinds (made by tests or by hand) are left alone.
