@@ -124,7 +124,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
             }
         }
         let adhoc = Sandbox::new(mounts, Addressing::Zones, project.sandbox.network())
-            .map_err(|e| CliError::Usage(e.to_string()))?;
+            .map_err(|e| CliError::Usage(e.to_string()))?
+            .protected_like(&project.sandbox);
         match worker {
             Some(w) => w.decl.apply(&adhoc).map_err(|e| CliError::Usage(format!("worker '{}' cannot run with these zones: {e}", w.name)))?,
             None => adhoc,

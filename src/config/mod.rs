@@ -342,6 +342,18 @@ impl Project {
             workers: BTreeMap::new(),
         };
         project.workers = worker::load_all(&project)?;
+        // The config, worker files, audit log and build folders are out of the tool
+        // service's reach in every sandbox of this project (`sandbox::protect`).
+        let config_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
+        let builds: Vec<PathBuf> = project.workers.values().filter_map(|w| match &w.image {
+            Some(ImageRef::Build(d)) => Some(d.clone()),
+            _ => None,
+        }).collect();
+        let build_refs: Vec<&Path> = builds.iter().map(PathBuf::as_path).collect();
+        project.sandbox = project.sandbox.clone().protecting(&project.dir, &config_name, &build_refs);
+        for w in project.workers.values_mut() {
+            w.sandbox = w.sandbox.clone().protected_like(&project.sandbox);
+        }
         Ok(project)
     }
 

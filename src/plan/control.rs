@@ -1,17 +1,22 @@
 //! The project's control files inside a worker's zones.
 //!
-//! With the root form (`root: .`) or any zone that contains the project directory, the
-//! project's `workcell.yaml`, `workers/` and `.workcell/` lie inside what the worker sees. A
-//! worker that could rewrite them would widen its own sandbox for the next run, or plant a
-//! link where workcell writes its audit log. So, in every writable mount that contains the
-//! project, they are bound again read-only, by handle, over themselves.
+//! With the root form (`root: .`) or a zone that is the project directory, the project's
+//! `workcell.yaml`, `workers/`, `.workcell/` and the `build:` folders of its workers lie
+//! inside what the worker sees. A worker that could rewrite them would widen its own sandbox
+//! for the next run, plant a link where workcell writes its audit log, or have its own
+//! Dockerfile built. So, in every writable mount, they are bound again read-only, by
+//! handle, over themselves. (The tool service refuses them too: `sandbox::protect`.)
+//!
+//! A writable mount that strictly contains the project directory is refused outright: the
+//! worker could rename the project directory itself (a directory holding mount points may
+//! be renamed) and put a config of its own in its place.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{Held, PlanMount};
-use crate::config::{Project, CONFIG_FILE};
+use super::{Held, PlanError, PlanMount};
+use crate::config::{ImageRef, Project, CONFIG_FILE};
 
 /// The directories workcell keeps in a project (the audit log, worker files).
 const CONTROL_DIRS: &[&str] = &[".workcell", "workers"];
@@ -19,31 +24,66 @@ const CONTROL_DIRS: &[&str] = &[".workcell", "workers"];
 /// Read-only mounts that cover the control files of `project` inside `mounts`. Missing
 /// control directories are created first (owned like the project directory), so that a
 /// worker cannot create them either.
-pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Vec<PlanMount> {
+pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<PlanMount>, PlanError> {
     let mut out = Vec::new();
+    let config = project.file.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
+    let mut entries: Vec<PathBuf> = CONTROL_DIRS.iter().chain([&config.as_str()]).map(|n| project.dir.join(n)).collect();
+    entries.extend(project.workers.values().filter_map(|w| match &w.image {
+        Some(ImageRef::Build(d)) => Some(d.clone()),
+        _ => None,
+    }));
     for m in mounts.iter().filter(|m| !m.read_only) {
-        let Ok(rel) = project.dir.strip_prefix(&m.source) else { continue };
-        let base = if rel.as_os_str().is_empty() { m.target.clone() } else { format!("{}/{}", m.target.trim_end_matches('/'), rel.display()) };
-        let config = project.file.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
-        for dir in CONTROL_DIRS {
-            ensure_dir(&project.dir, dir);
+        if project.dir.starts_with(&m.source) && project.dir != m.source {
+            return Err(PlanError::ZoneContainsProject { zone: m.target.clone(), dir: m.source.clone() });
         }
-        for name in CONTROL_DIRS.iter().copied().chain([config.as_str()]) {
-            // Not followed: a link is left as it is (the README names this limit).
-            let Ok(f) = open_nofollow(&project.dir.join(name)) else { continue };
-            if rustix::fs::fstat(&f).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink()) {
+        if !project.dir.starts_with(&m.source) && !entries.iter().any(|e| e.starts_with(&m.source)) {
+            continue;
+        }
+        if project.dir == m.source {
+            for dir in CONTROL_DIRS {
+                ensure_dir(&project.dir, dir);
+            }
+        }
+        for entry in &entries {
+            let Ok(rel) = entry.strip_prefix(&m.source) else { continue };
+            if rel.as_os_str().is_empty() {
                 continue;
             }
-            let target = format!("{}/{name}", base.trim_end_matches('/'));
-            out.push(PlanMount { source: project.dir.join(name), target, read_only: true, held: Some(Held(Arc::new(f))) });
+            // Not followed: a link is left as it is (the README names this limit).
+            let Some(f) = open_nofollow(entry) else { continue };
+            // A directory that holds mount points can still be renamed: each directory
+            // between the zone and the entry (`images` of `images/tool`) is pinned by a
+            // read-write bind onto itself, which makes it a mount point, which cannot be.
+            let mut pins = Vec::new();
+            let mut prefix = m.source.clone();
+            let parents: Vec<_> = rel.parent().map(|p| p.components().collect()).unwrap_or_default();
+            for c in parents {
+                prefix.push(c);
+                let Some(d) = open_nofollow(&prefix) else { break };
+                let target = format!("{}/{}", m.target.trim_end_matches('/'), prefix.strip_prefix(&m.source).unwrap_or(&prefix).display());
+                pins.push(PlanMount { source: prefix.clone(), target, read_only: false, held: Some(Held(Arc::new(d))) });
+            }
+            if pins.len() != rel.components().count() - 1 {
+                continue;
+            }
+            for pin in pins {
+                if !out.iter().any(|o: &PlanMount| o.target == pin.target) {
+                    out.push(pin);
+                }
+            }
+            let target = format!("{}/{}", m.target.trim_end_matches('/'), rel.display());
+            out.push(PlanMount { source: entry.clone(), target, read_only: true, held: Some(Held(Arc::new(f))) });
         }
     }
-    out
+    Ok(out)
 }
 
-fn open_nofollow(p: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
+/// `p` opened as a handle, unless it is missing or a symlink.
+fn open_nofollow(p: &Path) -> Option<std::os::fd::OwnedFd> {
     use rustix::fs::{Mode, OFlags};
-    Ok(rustix::fs::open(p, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?)
+    let fd = rustix::fs::open(p, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let link = rustix::fs::fstat(&fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
+    (!link).then_some(fd)
 }
 
 /// Creates `dir/name` if missing, owned by the owner of `dir` (a root workcell must not

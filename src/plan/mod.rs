@@ -160,6 +160,8 @@ pub enum PlanError {
     CopyDelivery(String),
     #[error("workdir '{0}' must be an absolute path inside the worker")]
     BadWorkdir(String),
+    #[error("the writable zone {zone} ({}) contains the project directory: a worker could rename the project and put a workcell.yaml of its own in its place. Make the zone read-only, or use the project directory itself (the root form `root: .`) or a directory inside it", dir.display())]
+    ZoneContainsProject { zone: String, dir: PathBuf },
 }
 
 /// A fresh run id: 16 hex digits from the clock and the process id.
@@ -293,7 +295,7 @@ impl LaunchPlan {
         }
         let zones: Vec<String> = mounts.iter().map(|m| format!("{}:{}", m.target, if m.read_only { "ro" } else { "rw" })).collect();
         // After the zones, so that they cover them (and after the list the worker is told).
-        let control = control::control_mounts(project, &mounts);
+        let control = control::control_mounts(project, &mounts)?;
         let mut mounts = mounts;
         mounts.extend(control);
         env.insert("WORKCELL_ZONES".to_string(), zones.join(","));

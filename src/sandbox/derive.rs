@@ -157,6 +157,7 @@ impl Sandbox {
             readable: minimise(readable),
             writable: minimise(writable),
             network: self.network,
+            protected: self.protected.clone(),
         }
     }
 

@@ -74,6 +74,9 @@ pub enum SandboxError {
     /// The operating system refused or failed; the message names the sandbox path only.
     #[error("Cannot {op} '{path}': {message}")]
     Io { op: &'static str, path: String, message: String },
+    /// The path is one of the project's control files, which no worker may change.
+    #[error("Cannot change '{path}': it is part of the project's own configuration (workcell.yaml, workers/, .workcell/ or a build: folder), which workers may not change.")]
+    Protected { path: String },
 }
 
 impl SandboxError {
@@ -92,6 +95,7 @@ impl SandboxError {
             SandboxError::WrongKind { .. } => "wrong_kind",
             SandboxError::InvalidPattern { .. } => "invalid_pattern",
             SandboxError::Io { .. } => "io",
+            SandboxError::Protected { .. } => "not_writable",
         }
     }
 }

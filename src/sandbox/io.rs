@@ -165,6 +165,7 @@ impl Sandbox {
         let Some((name, parent)) = inner.split_last() else {
             return Err(SandboxError::WrongKind { op, path: show(shown), found: "directory", expected: "file" });
         };
+        self.refuse_control(area, parent, name, shown)?;
         let parent_rel = rel_path(parent);
         if create && !parent.is_empty() {
             if let Err(e) = area.dir.create_dir_all(&parent_rel) {

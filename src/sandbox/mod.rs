@@ -15,6 +15,7 @@ mod error;
 mod expand;
 mod io;
 mod path;
+mod protect;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -169,6 +170,8 @@ pub struct Sandbox {
     readable: Vec<Area>,
     writable: Vec<Area>,
     network: bool,
+    /// Control files the tool service may not change (see `protect`).
+    protected: Arc<protect::Protected>,
 }
 
 impl Sandbox {
@@ -189,7 +192,7 @@ impl Sandbox {
             }
             readable.push(area);
         }
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network })
+        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default() })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
@@ -200,6 +203,7 @@ impl Sandbox {
             readable: Vec::new(),
             writable: Vec::new(),
             network: self.network,
+            protected: self.protected.clone(),
         }
     }
 
