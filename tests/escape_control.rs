@@ -28,8 +28,13 @@ fn project_dir(tmp: &Path) -> PathBuf {
     std::fs::write(dir.join("workers/tool.worker"), TOOL_WORKER).expect("worker");
     std::fs::write(dir.join("images/tool/Dockerfile"), "FROM scratch\n").expect("dockerfile");
     std::fs::write(dir.join(".workcell/audit.jsonl"), "{\"event\": \"earlier\"}\n").expect("audit");
-    // Another name for workers/, as a worker could make one with `ln -s workers alias`.
+    // Other names for the control directories, as a worker could make them: direct, and
+    // climbing out of the directory the link sits in.
     std::os::unix::fs::symlink("workers", dir.join("alias")).expect("symlink");
+    std::fs::create_dir_all(dir.join("sub")).expect("mkdir");
+    std::os::unix::fs::symlink("../workers", dir.join("sub/w")).expect("symlink");
+    std::os::unix::fs::symlink("../images/tool", dir.join("sub/t")).expect("symlink");
+    std::os::unix::fs::symlink("../.workcell", dir.join("sub/c")).expect("symlink");
     support::give_to_worker(&dir);
     dir
 }
@@ -67,6 +72,10 @@ fn tool_service_cannot_change_control_files() {
         ("delete_file", json!({"path": "/.workcell/audit.jsonl"})),
         ("write_file", json!({"path": "/images/tool/Dockerfile", "content": "FROM scratch\nRUN evil\n"})),
         ("write_file", json!({"path": "/images/tool/extra.sh", "content": "evil"})),
+        ("write_file", json!({"path": "/sub/w/evil.worker", "content": "x"})),
+        ("write_file", json!({"path": "/sub/t/Dockerfile", "content": "FROM evil\n"})),
+        ("write_file", json!({"path": "/sub/c/audit.jsonl", "content": "forged\n"})),
+        ("delete_file", json!({"path": "/sub/w/tool.worker"})),
     ];
     for (tool, args) in attempts {
         let r = svc.call(tool, args.clone());
@@ -110,8 +119,10 @@ fn build_folder_read_only(backend: &str) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = project_dir(tmp.path());
     let before = snapshot(&dir);
+    // A second worker whose build folder does not exist yet: the worker may not create it.
+    std::fs::write(dir.join("workers/later.worker"), "---\nbuild: images/later\ncommand: [true]\n---\nx\n").expect("worker");
     let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
-    let script = "cd /sandbox; echo 'RUN evil' >> images/tool/Dockerfile; echo x > images/tool/extra.sh; rm -rf images/tool; mv images moved; echo x > alias/evil.worker; echo ok > fine.txt; exit 0";
+    let script = "cd /sandbox; echo 'RUN evil' >> images/tool/Dockerfile; echo x > images/tool/extra.sh; rm -rf images/tool; mv images moved; echo x > alias/evil.worker; mkdir -p images/later; echo 'FROM evil' > images/later/Dockerfile; echo ok > fine.txt; exit 0";
     let ov = Overrides { command: Some(vec!["sh".into(), "-c".into(), script.into()]), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, None, &project.sandbox, &ov).expect("plan");
     let selected = if backend == "bwrap" { workcell::backend::Selected::Bwrap } else { workcell::backend::Selected::Docker };
@@ -121,6 +132,7 @@ fn build_folder_read_only(backend: &str) {
     assert!(dir.join("fine.txt").exists(), "the project stays writable");
     assert_eq!(snapshot(&dir), before, "a control file changed through the mounts");
     assert!(!dir.join("images/tool/extra.sh").exists() && !dir.join("workers/evil.worker").exists());
+    assert!(!dir.join("images/later/Dockerfile").exists(), "the worker created a build folder's Dockerfile");
 }
 
 #[test]
@@ -135,4 +147,68 @@ fn docker_build_folder_read_only() {
     if support::backend_ready("docker") {
         build_folder_read_only("docker");
     }
+}
+
+/// Control directories that did not exist when the project was loaded (a first run) are
+/// protected as soon as they exist, under any name.
+#[test]
+fn control_directories_made_after_loading_are_protected() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("workcell.yaml"), ROOT_RW).expect("config");
+    support::give_to_worker(&dir);
+    let svc = service(&dir);
+    // What the run's plan creates before the worker starts, then the worker's links.
+    std::fs::create_dir_all(dir.join("workers")).expect("mkdir");
+    std::fs::create_dir_all(dir.join(".workcell")).expect("mkdir");
+    std::os::unix::fs::symlink("workers", dir.join("w")).expect("symlink");
+    std::os::unix::fs::symlink(".workcell", dir.join("c")).expect("symlink");
+    for path in ["/w/evil.worker", "/c/audit.jsonl", "/workers/evil.worker"] {
+        let r = svc.call("write_file", json!({"path": path, "content": "x"}));
+        assert!(r.is_err(), "{path} was written: {r:?}");
+    }
+    assert!(!dir.join("workers/evil.worker").exists());
+    let log = std::fs::read_to_string(dir.join(".workcell/audit.jsonl")).unwrap_or_default();
+    assert!(log.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()), "the audit log was overwritten: {log}");
+}
+
+/// `--zone w=.:rw` in a directory without `workcell.yaml`: the worker could write the config a
+/// later run uses, so the run is refused and says what to do.
+#[test]
+fn writable_project_without_config_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+        .current_dir(&dir)
+        .args(["run", "--backend", "none", "--zone", "w=.:rw", "--", "true"])
+        .output()
+        .expect("workcell");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("has no workcell.yaml") && stderr.contains("workcell init"), "{stderr}");
+    assert!(!dir.join("workcell.yaml").exists());
+}
+
+/// `build: .` makes the whole writable project the build context: refused when planned, while
+/// the tool service still writes ordinary files (the project itself is not a control folder).
+/// A build folder outside the project is no reason to refuse or to bind anything above it.
+#[test]
+fn build_folders_that_cannot_be_protected_are_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = project_dir(tmp.path());
+    std::fs::write(dir.join("workers/root.worker"), "---\nbuild: .\ncommand: [true]\n---\nx\n").expect("worker");
+    let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
+    let ov = Overrides { command: Some(vec!["true".into()]), ..Overrides::default() };
+    match LaunchPlan::build(&project, None, &project.sandbox, &ov) {
+        Err(e @ PlanError::BuildFolderWritable { .. }) => assert!(e.to_string().contains("'root'"), "{e}"),
+        other => panic!("build: . in a writable project was accepted: {other:?}"),
+    }
+    service(&dir).call("write_file", json!({"path": "/notes.md", "content": "fine"})).expect("an ordinary write");
+    std::fs::remove_file(dir.join("workers/root.worker")).expect("rm");
+    std::fs::create_dir_all(tmp.path().join("shared/img")).expect("mkdir");
+    std::fs::write(dir.join("workers/outside.worker"), "---\nbuild: ../shared/img\ncommand: [true]\n---\nx\n").expect("worker");
+    let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
+    let plan = LaunchPlan::build(&project, None, &project.sandbox, &ov).expect("a build folder outside the project");
+    assert!(plan.mounts.iter().all(|m| !m.target.contains("..") && m.target != "/sandbox/.."), "{:?}", plan.mounts);
 }

@@ -27,23 +27,47 @@ const CONTROL_DIRS: &[&str] = &[".workcell", "workers"];
 pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<PlanMount>, PlanError> {
     let mut out = Vec::new();
     let config = project.file.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
-    let mut entries: Vec<PathBuf> = CONTROL_DIRS.iter().chain([&config.as_str()]).map(|n| project.dir.join(n)).collect();
-    entries.extend(project.workers.values().filter_map(|w| match &w.image {
-        Some(ImageRef::Build(d)) => Some(d.clone()),
-        _ => None,
-    }));
+    let entries: Vec<PathBuf> = CONTROL_DIRS.iter().chain([&config.as_str()]).map(|n| project.dir.join(n)).collect();
+    // Build folders with `.` and `..` folded, as the build will see them.
+    let builds: Vec<(PathBuf, &str)> = project
+        .workers
+        .values()
+        .filter_map(|w| match &w.image {
+            Some(ImageRef::Build(d)) => Some((super::inside(Path::new("/"), d).map(|r| Path::new("/").join(r)).unwrap_or_else(|| d.clone()), w.name.as_str())),
+            _ => None,
+        })
+        .collect();
     for m in mounts.iter().filter(|m| !m.read_only) {
         if project.dir.starts_with(&m.source) && project.dir != m.source {
             return Err(PlanError::ZoneContainsProject { zone: m.target.clone(), dir: m.source.clone() });
         }
-        if !project.dir.starts_with(&m.source) && !entries.iter().any(|e| e.starts_with(&m.source)) {
+        for (b, worker) in &builds {
+            if m.source.starts_with(b) {
+                // The whole zone would be the build's context: nothing in it could be kept
+                // from the worker.
+                return Err(PlanError::BuildFolderWritable { worker: worker.to_string(), zone: m.target.clone() });
+            }
+        }
+        if !project.dir.starts_with(&m.source) && !builds.iter().any(|(b, _)| b.starts_with(&m.source)) {
             continue;
         }
         if project.dir == m.source {
+            if !project.dir.join(&config).is_file() {
+                return Err(PlanError::WritableProjectWithoutConfig { zone: m.target.clone() });
+            }
             for dir in CONTROL_DIRS {
-                ensure_dir(&project.dir, dir);
+                ensure_dir(&project.dir, Path::new(dir));
             }
         }
+        let mut here: Vec<PathBuf> = Vec::new();
+        for (b, _) in &builds {
+            if let Ok(rel) = b.strip_prefix(&m.source) {
+                // Created (empty) when missing, so that the worker cannot create it.
+                ensure_dir(&m.source, rel);
+                here.push(b.clone());
+            }
+        }
+        let entries: Vec<PathBuf> = entries.iter().cloned().chain(here).collect();
         for entry in &entries {
             let Ok(rel) = entry.strip_prefix(&m.source) else { continue };
             if rel.as_os_str().is_empty() {
@@ -86,14 +110,22 @@ fn open_nofollow(p: &Path) -> Option<std::os::fd::OwnedFd> {
     (!link).then_some(fd)
 }
 
-/// Creates `dir/name` if missing, owned by the owner of `dir` (a root workcell must not
-/// leave root-owned directories in a user's project).
-fn ensure_dir(dir: &Path, name: &str) {
-    let p = dir.join(name);
-    if std::fs::DirBuilder::new().mode(0o755).create(&p).is_err() {
-        return;
-    }
-    if let Ok(meta) = std::fs::metadata(dir) {
-        let _ = rustix::fs::chown(&p, Some(rustix::process::Uid::from_raw(meta.uid())), Some(rustix::process::Gid::from_raw(meta.gid())));
+/// Creates `dir/rel` and its missing parents, each owned by the owner of `dir` (a root
+/// workcell must not leave root-owned directories in a user's project). Never follows a link:
+/// an existing entry of any kind is left as it is.
+fn ensure_dir(dir: &Path, rel: &Path) {
+    let owner = std::fs::metadata(dir).ok().map(|m| (rustix::process::Uid::from_raw(m.uid()), rustix::process::Gid::from_raw(m.gid())));
+    let mut p = dir.to_path_buf();
+    for c in rel.components() {
+        p.push(c);
+        if std::fs::symlink_metadata(&p).is_ok() {
+            continue;
+        }
+        if std::fs::DirBuilder::new().mode(0o755).create(&p).is_err() {
+            return;
+        }
+        if let Some((uid, gid)) = owner {
+            let _ = rustix::fs::chown(&p, Some(uid), Some(gid));
+        }
     }
 }

@@ -162,6 +162,28 @@ pub enum PlanError {
     BadWorkdir(String),
     #[error("the writable zone {zone} ({}) contains the project directory: a worker could rename the project and put a workcell.yaml of its own in its place. Make the zone read-only, or use the project directory itself (the root form `root: .`) or a directory inside it", dir.display())]
     ZoneContainsProject { zone: String, dir: PathBuf },
+    #[error("the build folder of worker '{worker}' is or contains the writable zone {zone}: a worker could rewrite what gets built. Put the Dockerfile in a folder of its own inside the project (like images/{worker}), or make the zone read-only")]
+    BuildFolderWritable { worker: String, zone: String },
+    #[error("the writable zone {zone} is the project directory, which has no workcell.yaml: a worker could write one that a later run would use. Create it first (`workcell init`), or make the zone read-only, or use a directory inside the project")]
+    WritableProjectWithoutConfig { zone: String },
+}
+
+/// `path` relative to `dir` when it lies strictly inside it, after folding `.` and `..`
+/// without touching the file system (`None` when it is `dir` itself or outside).
+pub fn inside(dir: &Path, path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut folded = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                folded.pop();
+            }
+            Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    let rel = folded.strip_prefix(dir).ok()?;
+    (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
 }
 
 /// A fresh run id: 16 hex digits from the clock and the process id.

@@ -165,9 +165,18 @@ impl Sandbox {
         let Some((name, parent)) = inner.split_last() else {
             return Err(SandboxError::WrongKind { op, path: show(shown), found: "directory", expected: "file" });
         };
-        self.refuse_control(area, parent, name, shown)?;
         let parent_rel = rel_path(parent);
         if create && !parent.is_empty() {
+            // Nothing is created inside a control directory, nor one of their names in the
+            // project: judged on the deepest directory that exists already.
+            let mut existing = 0;
+            while existing < parent.len() && area.dir.open_dir(rel_path(&parent[..=existing])).is_ok() {
+                existing += 1;
+            }
+            if existing < parent.len() {
+                let base = area.dir.open_dir(rel_path(&parent[..existing])).map_err(|e| self.io_error(op, shown, &e))?;
+                self.refuse_control(&base, &parent[existing], shown)?;
+            }
             if let Err(e) = area.dir.create_dir_all(&parent_rel) {
                 // "Already exists" means something that is not a directory beneath the
                 // handle is in the way (a file, or a symlink leading outside); opening it
@@ -179,6 +188,8 @@ impl Sandbox {
             }
         }
         let dir = area.dir.open_dir(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
+        // Judged on the directory actually opened, whatever name led there.
+        self.refuse_control(&dir, name, shown)?;
         Ok((dir, name.clone()))
     }
 

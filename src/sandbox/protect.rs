@@ -4,99 +4,94 @@
 //! folders are bound read-only when a writable zone contains them (`plan::control`). The tool
 //! service, though, writes on the host through the zone's handle, with workcell's own rights:
 //! without this check a worker could ask it to rewrite the config that decides its next
-//! sandbox. Entries are recognised by identity (device and inode), not by path, so a link
-//! or another name for the same directory does not get past.
+//! sandbox. The directory a write lands in is judged by what it *is*: its physical ancestors
+//! (followed with `..` from the open handle, so no link or other name gets past) are compared,
+//! by device and inode, with the control directories as they are at the time of the write.
 
-use std::path::Path;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cap_std::fs::Dir;
+use cap_std::fs::{Dir, MetadataExt};
 
 use super::error::show;
-use super::{Area, Sandbox, SandboxError};
+use super::{Sandbox, SandboxError};
 
-/// Identities of what the tool service may not change.
+/// What the tool service may not change, relative to the held project directory.
 #[derive(Debug, Default)]
 pub(crate) struct Protected {
-    /// The project directory: these names may not be created, replaced or deleted in it.
-    project: Option<(u64, u64)>,
+    project: Option<Dir>,
+    /// Names directly in the project directory that may not be created, replaced or deleted.
     names: Vec<String>,
-    /// Directories nothing may be written into, at any depth.
-    dirs: Vec<(u64, u64)>,
+    /// Directories (relative to the project) nothing may be written into, at any depth.
+    dirs: Vec<PathBuf>,
 }
 
-fn identity(fd: impl std::os::fd::AsFd) -> Option<(u64, u64)> {
+fn identity(fd: impl AsFd) -> Option<(u64, u64)> {
     rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
 }
 
 impl Sandbox {
     /// This sandbox with the control files of the project in `project_dir` (config file
-    /// `config_name`, plus `extra` directories such as `build:` folders) protected from the
+    /// `config_name`, plus `builds`, the `build:` folders of its workers) protected from the
     /// tool service, in it and in every sandbox derived from it.
-    pub fn protecting(mut self, project_dir: &Path, config_name: &str, extra: &[&Path]) -> Sandbox {
-        let mut p = Protected { names: vec![config_name.to_string(), "workers".into(), ".workcell".into()], ..Protected::default() };
-        if let Ok(dir) = std::fs::File::open(project_dir) {
-            p.project = identity(&dir);
-        }
-        let dirs = [project_dir.join("workers"), project_dir.join(".workcell")];
-        for d in dirs.iter().map(|d| d.as_path()).chain(extra.iter().copied()) {
-            if let Some(id) = std::fs::File::open(d).ok().and_then(identity) {
-                p.dirs.push(id);
+    pub fn protecting(mut self, project_dir: &Path, config_name: &str, builds: &[&Path]) -> Sandbox {
+        let mut p = Protected {
+            project: Dir::open_ambient_dir(project_dir, cap_std::ambient_authority()).ok(),
+            names: vec![config_name.to_string(), "workers".into(), ".workcell".into()],
+            dirs: vec!["workers".into(), ".workcell".into()],
+        };
+        for b in builds {
+            // Only folders inside the project (`plan::control` refuses a writable zone that
+            // a build folder contains or equals).
+            let Some(rel) = crate::plan::inside(project_dir, b) else { continue };
+            if let Some(first) = rel.components().next() {
+                p.names.push(first.as_os_str().to_string_lossy().into_owned());
             }
-            // A build folder directly in the project may not be created or replaced either.
-            if d.parent() == Some(project_dir) {
-                if let Some(name) = d.file_name() {
-                    p.names.push(name.to_string_lossy().into_owned());
-                }
-            }
+            p.dirs.push(rel);
         }
         self.protected = Arc::new(p);
         self
     }
 
-    /// Gives this sandbox the same protection as `other` (after `other` learned more).
+    /// Gives this sandbox the same protection as `other`.
     pub fn protected_like(mut self, other: &Sandbox) -> Sandbox {
         self.protected = other.protected.clone();
         self
     }
 
-    /// Refuses a write or delete of `name` in the directory `parent` (path components below
-    /// `area`) when it would change a control file. Checked before anything is created.
-    pub(super) fn refuse_control(&self, area: &Area, parent: &[String], name: &str, shown: &str) -> Result<(), SandboxError> {
+    /// Refuses a write or delete of `name` in the open directory `dir` when it would change a
+    /// control file: `dir` is, or lies below, a control directory, or `dir` is the project
+    /// directory and `name` a control entry.
+    pub(super) fn refuse_control(&self, dir: &Dir, name: &str, shown: &str) -> Result<(), SandboxError> {
         let p = &self.protected;
-        if p.project.is_none() && p.dirs.is_empty() {
-            return Ok(());
-        }
+        let Some(project) = &p.project else { return Ok(()) };
         let refuse = || SandboxError::Protected { path: show(shown) };
-        // Each existing directory from the area's root down to the parent: none may be
-        // protected, and none may be the project directory with a protected name below it.
-        let mut dir: Option<Dir> = None;
-        for i in 0..=parent.len() {
-            let id = match &dir {
-                None => identity(&*area.dir),
-                Some(d) => identity(d),
-            };
-            let Some(id) = id else { break };
-            if p.dirs.contains(&id) {
+        let project_id = identity(project);
+        // The control directories as they are now (one created since the project was loaded
+        // counts too).
+        let dirs: Vec<(u64, u64)> = p.dirs.iter().filter_map(|d| project.symlink_metadata(d).ok().filter(|m| m.is_dir()).map(|m| (m.dev(), m.ino()))).collect();
+        let mut cur: OwnedFd = dir.as_fd().try_clone_to_owned().map_err(|_| refuse())?;
+        let mut first = true;
+        for _ in 0..4096 {
+            let Some(id) = identity(&cur) else { return Err(refuse()) };
+            if dirs.contains(&id) {
                 return Err(refuse());
             }
-            let next = parent.get(i).map(String::as_str).unwrap_or(name);
-            if Some(id) == p.project && p.names.iter().any(|n| n == next) {
-                return Err(refuse());
+            if Some(id) == project_id {
+                if first && p.names.iter().any(|n| n == name) {
+                    return Err(refuse());
+                }
+                return Ok(());
             }
-            if i == parent.len() {
-                break;
+            let parent = rustix::fs::openat(&cur, "..", rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).map_err(|_| refuse())?;
+            if identity(&parent) == Some(id) {
+                // The file system's root: the directory is not in the project.
+                return Ok(());
             }
-            let opened = match &dir {
-                None => area.dir.open_dir(&parent[i]),
-                Some(d) => d.open_dir(&parent[i]),
-            };
-            match opened {
-                Ok(d) => dir = Some(d),
-                // Missing below here: whatever gets created is new, hence not protected.
-                Err(_) => break,
-            }
+            cur = parent;
+            first = false;
         }
-        Ok(())
+        Err(refuse())
     }
 }
