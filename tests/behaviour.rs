@@ -3,8 +3,8 @@
 //! bwrap and docker. Backend-specific bodies (the network tests, whose server must live
 //! where the backend's worker can reach it) are added per backend.
 //!
-//! Gate: `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` turn a missing backend into
-//! a failure; without them the backend's tests are skipped with a note on stderr.
+//! Gate (`support::backend_ready`): `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1`
+//! turn a missing backend into a failure; without them the tests are skipped with a note.
 //! Workers use the host's own tools (`image: host`, the default): sh, cat, busybox nc.
 
 mod support;
@@ -16,22 +16,6 @@ use std::time::{Duration, Instant};
 use support::{assert_no_cgroup_left, run_cgroup_dirs};
 use workcell::backend::cgroup::{Controller, Support};
 
-/// Whether `backend` works here; panics when `gate` is set to 1 and it does not.
-fn ready(backend: &str, gate: &str) -> bool {
-    let result = match backend {
-        "bwrap" => workcell::backend::bwrap::probe().map(|_| ()),
-        "docker" => workcell::backend::docker::probe().map(|_| ()),
-        other => panic!("unknown backend {other}"),
-    };
-    match result {
-        Ok(()) => true,
-        Err(e) if std::env::var(gate).as_deref() == Ok("1") => panic!("{gate}=1 but the {backend} backend is unavailable: {e}"),
-        Err(e) => {
-            eprintln!("note: skipping {backend} behaviour test ({e}); set {gate}=1 to make this a failure");
-            false
-        }
-    }
-}
 
 /// A scratch directory (`root`) holding zone directories and, beside them, things the
 /// worker must not see.
@@ -304,17 +288,16 @@ mod body {
 
 /// Generates one module per backend from the shared bodies, plus backend-specific items.
 macro_rules! backend_suite {
-    ($module:ident, $backend:literal, $gate:literal, [$($test:ident),* $(,)?], { $($extra:item)* }) => {
+    ($module:ident, $backend:literal, [$($test:ident),* $(,)?], { $($extra:item)* }) => {
         mod $module {
             #[allow(unused_imports)]
             use super::*;
             const BACKEND: &str = $backend;
-            const GATE: &str = $gate;
 
             $(
                 #[test]
                 fn $test() {
-                    if ready(BACKEND, GATE) {
+                    if support::backend_ready(BACKEND) {
                         body::$test(BACKEND);
                     }
                 }
@@ -328,7 +311,6 @@ macro_rules! backend_suite {
 backend_suite!(
     bwrap,
     "bwrap",
-    "WORKCELL_REQUIRE_BWRAP",
     [
         ro_zone_not_writable,
         rw_zone_writable,
@@ -355,7 +337,7 @@ backend_suite!(
 
         #[test]
         fn network_off_blocks_loopback() {
-            if !ready(BACKEND, GATE) {
+            if !support::backend_ready(BACKEND) {
                 return;
             }
             let s = Scratch::new();
@@ -369,7 +351,7 @@ backend_suite!(
 
         #[test]
         fn network_on_reaches_loopback() {
-            if !ready(BACKEND, GATE) {
+            if !support::backend_ready(BACKEND) {
                 return;
             }
             let s = Scratch::new();
@@ -402,7 +384,7 @@ backend_suite!(
         /// host while the worker runs; the cgroup is gone afterwards.
         #[test]
         fn limits_are_set_on_the_workers_cgroup() {
-            if !(ready(BACKEND, GATE) && enforces(BACKEND, Controller::Memory) && enforces(BACKEND, Controller::Pids) && enforces(BACKEND, Controller::Cpu)) {
+            if !(support::backend_ready(BACKEND) && enforces(BACKEND, Controller::Memory) && enforces(BACKEND, Controller::Pids) && enforces(BACKEND, Controller::Cpu)) {
                 return;
             }
             let s = Scratch::new();
@@ -472,7 +454,6 @@ backend_suite!(
 backend_suite!(
     docker,
     "docker",
-    "WORKCELL_REQUIRE_DOCKER",
     [
         ro_zone_not_writable,
         rw_zone_writable,
@@ -496,7 +477,7 @@ backend_suite!(
 
         #[test]
         fn network_off_blocks_a_sibling_container_on_allows_it() {
-            if !ready(BACKEND, GATE) {
+            if !support::backend_ready(BACKEND) {
                 return;
             }
             let img = support::BusyboxImage::build("behaviour-net");

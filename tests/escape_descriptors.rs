@@ -7,6 +7,8 @@
 //! Gate: `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` turn a missing backend into
 //! a failure; without them the backend's tests are skipped with a note on stderr.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -15,32 +17,6 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-/// Whether `backend` works here; panics when its gate is set to 1 and it does not.
-fn ready(backend: &str) -> bool {
-    let (result, gate) = match backend {
-        "bwrap" => (
-            workcell::backend::bwrap::probe().map(|_| ()),
-            "WORKCELL_REQUIRE_BWRAP",
-        ),
-        "docker" => (
-            workcell::backend::docker::probe().map(|_| ()),
-            "WORKCELL_REQUIRE_DOCKER",
-        ),
-        other => panic!("unknown backend {other}"),
-    };
-    match result {
-        Ok(()) => true,
-        Err(e) if std::env::var(gate).as_deref() == Ok("1") => {
-            panic!("{gate}=1 but the {backend} backend is unavailable: {e}")
-        }
-        Err(e) => {
-            eprintln!(
-                "note: skipping the {backend} test ({e}); set {gate}=1 to make this a failure"
-            );
-            false
-        }
-    }
-}
 
 /// `root/proj` (the project, zone `data`) and `root/outside` (never a zone) holding
 /// `secret.txt`, whose text is unique to this test.
@@ -169,7 +145,7 @@ const SCRIPT: &str = "echo FD9-START; cat <&9; echo FD9-END; \
     echo DONE";
 
 fn run_escapes(backend: &str) {
-    if !ready(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let s = Setup::new();
@@ -295,7 +271,7 @@ impl Drop for Mcp {
 }
 
 fn mcp_shell_escapes(backend: &str) {
-    if !ready(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let s = Setup::new();

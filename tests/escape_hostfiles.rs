@@ -11,36 +11,12 @@
 //! Gate: `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` turn a missing backend into
 //! a failure; without them the backend's tests are skipped with a note on stderr.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// Whether `backend` works here; panics when its gate is set to 1 and it does not.
-fn ready(backend: &str) -> bool {
-    let (result, gate) = match backend {
-        "bwrap" => (
-            workcell::backend::bwrap::probe().map(|_| ()),
-            "WORKCELL_REQUIRE_BWRAP",
-        ),
-        "docker" => (
-            workcell::backend::docker::probe().map(|_| ()),
-            "WORKCELL_REQUIRE_DOCKER",
-        ),
-        other => panic!("unknown backend {other}"),
-    };
-    match result {
-        Ok(()) => true,
-        Err(e) if std::env::var(gate).as_deref() == Ok("1") => {
-            panic!("{gate}=1 but the {backend} backend is unavailable: {e}")
-        }
-        Err(e) => {
-            eprintln!(
-                "note: skipping the {backend} test ({e}); set {gate}=1 to make this a failure"
-            );
-            false
-        }
-    }
-}
 
 const HOST_TEXT: &str = "host file, not an audit log\n";
 
@@ -157,7 +133,7 @@ fn assert_refused(out: &Output, marker: &str) {
 /// A first run whose worker plants `link` (inside the project) pointing at `target`, then a
 /// second run. The outside stays unchanged through both; the second run is refused.
 fn worker_plants_a_link(backend: &str, link: &str, target: &Path) {
-    if !ready(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let s = Setup::new();
@@ -225,7 +201,7 @@ fn docker_worker_symlinks_the_directory() {
 /// Links (and a FIFO) put there from outside, before any run: each run is refused, quickly.
 #[test]
 fn host_planted_links_are_refused() {
-    if !ready("bwrap") {
+    if !support::backend_ready("bwrap") {
         return;
     }
     let s = Setup::new();
