@@ -20,6 +20,7 @@ runs=${2:-60}
 command -v hyperfine >/dev/null || { echo "hyperfine is required (apt-get install hyperfine)" >&2; exit 1; }
 
 dir=$(mktemp -d)
+chmod 755 "$dir"  # workers run as an unprivileged user when this runs as root
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/in" "$dir/out"
 cd "$dir"

@@ -346,3 +346,27 @@ macro_rules! backend_suite {
 
 backend_suite!(bwrap);
 backend_suite!(docker);
+
+/// Under bwrap the worker's user resolves each zone's path: a zone behind a directory that
+/// user cannot search is refused before anything starts, saying what to change.
+#[test]
+fn bwrap_zone_behind_a_closed_directory_says_what_to_do() {
+    if !support::backend_ready("bwrap") || rustix::process::geteuid().as_raw() != 0 {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let closed = std::fs::canonicalize(tmp.path()).expect("canonical");
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let dir = closed.join("proj");
+    std::fs::create_dir_all(dir.join("in")).expect("mkdir");
+    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    in: {path: ./in, mode: ro}\n").expect("config");
+    // Root owns everything here, so the worker runs as 65534.
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+        .current_dir(&dir)
+        .args(["run", "--backend", "bwrap", "--", "true"])
+        .output()
+        .expect("workcell");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("cannot reach the zone /in") && stderr.contains("chmod o+x"), "{stderr}");
+}

@@ -505,11 +505,44 @@ mod runner {
                 m.target
             )));
         }
+        for m in &plan.mounts {
+            unreachable_for(&m.source, plan.user).map_or(Ok(()), |(dir, mode, owner)| {
+                Err(BackendError::Failed(format!(
+                    "the worker runs as uid {}, which cannot reach the zone {} ({}): {} is mode {mode:o}, owner uid {owner}. bwrap opens zones as the worker's user; let it through (chmod o+x {}), set defaults.user to a user that can, or use the docker backend",
+                    plan.user.uid,
+                    m.target,
+                    m.source.display(),
+                    dir.display(),
+                    dir.display()
+                )))
+            })?;
+        }
         let (cgroup, support) = RunCgroup::create(&plan.run_id, &plan.limits, &Support::located()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
         for w in unenforced_limits_with(plan, &support) {
             tracing::debug!("bwrap does not enforce: {w}");
         }
         Ok((located, cgroup, support))
+    }
+
+    /// The first directory above `path` that `user` may not search (bwrap, running as the
+    /// worker, resolves the path of each bound handle and checks the mount against it), with
+    /// its mode and owner. Supplementary groups are ignored: the worker has none.
+    fn unreachable_for(path: &Path, user: crate::plan::UserSpec) -> Option<(PathBuf, u32, u32)> {
+        use std::os::unix::fs::MetadataExt;
+        if user.uid == 0 {
+            return None;
+        }
+        path.ancestors().skip(1).find_map(|dir| {
+            let m = std::fs::metadata(dir).ok()?;
+            let bit = if m.uid() == user.uid {
+                0o100
+            } else if m.gid() == user.gid {
+                0o010
+            } else {
+                0o001
+            };
+            (m.mode() & bit == 0).then(|| (dir.to_path_buf(), m.mode() & 0o7777, m.uid()))
+        })
     }
 
     /// Runs the plan under bwrap with its output captured (the shell tool, child workers):
