@@ -111,6 +111,14 @@ fn writable_zone_around_the_project_is_refused() {
     std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    up: {path: .., mode: ro}\n").expect("config");
     let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
     LaunchPlan::build(&project, None, &project.sandbox, &ov).expect("a read-only zone around the project");
+    // A writable zone that is a control directory itself is refused too.
+    std::fs::create_dir_all(dir.join("workers")).expect("mkdir");
+    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    w: {path: ./workers, mode: rw, approval: {write: preApproved, delete: preApproved}}\n").expect("config");
+    let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
+    match LaunchPlan::build(&project, None, &project.sandbox, &ov) {
+        Err(e @ PlanError::ZoneInsideControl { .. }) => assert!(e.to_string().contains("/w"), "{e}"),
+        other => panic!("a writable zone on workers/ was accepted: {other:?}"),
+    }
 }
 
 /// Through the mounts, on a real backend: the build folder of a worker is read-only inside a

@@ -41,6 +41,9 @@ pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<Pla
         if project.dir.starts_with(&m.source) && project.dir != m.source {
             return Err(PlanError::ZoneContainsProject { zone: m.target.clone(), dir: m.source.clone() });
         }
+        if let Some(e) = entries.iter().find(|e| m.source.starts_with(e)) {
+            return Err(PlanError::ZoneInsideControl { zone: m.target.clone(), entry: e.clone() });
+        }
         for (b, worker) in &builds {
             if m.source.starts_with(b) {
                 // The whole zone would be the build's context: nothing in it could be kept

@@ -164,6 +164,8 @@ pub enum PlanError {
     ZoneContainsProject { zone: String, dir: PathBuf },
     #[error("the build folder of worker '{worker}' is or contains the writable zone {zone}: a worker could rewrite what gets built. Put the Dockerfile in a folder of its own inside the project (like images/{worker}), or make the zone read-only")]
     BuildFolderWritable { worker: String, zone: String },
+    #[error("the writable zone {zone} is inside the project's control files ({}): a worker could rewrite what decides its next sandbox. Make the zone read-only", entry.display())]
+    ZoneInsideControl { zone: String, entry: PathBuf },
     #[error("the writable zone {zone} is the project directory, which has no workcell.yaml: a worker could write one that a later run would use. Create it first (`workcell init`), or make the zone read-only, or use a directory inside the project")]
     WritableProjectWithoutConfig { zone: String },
 }
