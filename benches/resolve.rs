@@ -52,18 +52,10 @@ fn fixture() -> &'static Fixture {
         let files = build(tmp.path());
         let yaml = "sandbox:\n  zones:\n    src: {path: ./src, mode: ro}\n    docs: {path: ./docs, mode: ro}\n    out: {path: ./out, mode: rw}\n";
         let p = Project::from_text(yaml, &tmp.path().join("workcell.yaml"), tmp.path()).unwrap();
-        let child = p
-            .sandbox
-            .derive(&DeriveSpec { allow_read: Some(vec!["/src/a1".into(), "/docs".into()]), allow_write: None, ..Default::default() })
-            .unwrap();
-        let refused = vec![
-            "/src/a0/../../../etc/passwd".to_string(),
-            "/nope/x.txt".into(),
-            "/src/a\0b".into(),
-            "~/x".into(),
-            "C:\\x".into(),
-            "/src/../out/x".into(),
-        ];
+        let child =
+            p.sandbox.derive(&DeriveSpec { allow_read: Some(vec!["/src/a1".into(), "/docs".into()]), allow_write: None, ..Default::default() }).unwrap();
+        let refused =
+            vec!["/src/a0/../../../etc/passwd".to_string(), "/nope/x.txt".into(), "/src/a\0b".into(), "~/x".into(), "C:\\x".into(), "/src/../out/x".into()];
         eprintln!("fixture: {} files", files.len());
         Fixture { _tmp: tmp, sandbox: p.sandbox, child, files, refused }
     })

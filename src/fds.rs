@@ -35,14 +35,7 @@ pub fn mark_inherited_cloexec() {
 fn close_range_cloexec() -> bool {
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on descriptors; it
     // reads and writes no memory of this process.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3 as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
+    let r = unsafe { libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC) };
     r == 0
 }
 
@@ -57,10 +50,7 @@ fn close_range_cloexec() -> bool {
 fn list_open_fds() -> Option<Vec<i32>> {
     for dir in ["/proc/self/fd", "/dev/fd"] {
         if let Ok(entries) = std::fs::read_dir(dir) {
-            let fds: Vec<i32> = entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
-                .collect();
+            let fds: Vec<i32> = entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok())).collect();
             if !fds.is_empty() {
                 return Some(fds);
             }
@@ -70,9 +60,7 @@ fn list_open_fds() -> Option<Vec<i32>> {
 }
 
 fn max_fd() -> i32 {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
-        .current
-        .unwrap_or(65536);
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(65536);
     limit.min(1 << 20) as i32
 }
 
@@ -98,8 +86,6 @@ mod tests {
         let fds = super::list_open_fds().expect("/proc/self/fd or /dev/fd");
         assert!(fds.contains(&dup.as_raw_fd()));
         super::set_cloexec(dup.as_raw_fd());
-        assert!(rustix::io::fcntl_getfd(&dup)
-            .unwrap()
-            .contains(rustix::io::FdFlags::CLOEXEC));
+        assert!(rustix::io::fcntl_getfd(&dup).unwrap().contains(rustix::io::FdFlags::CLOEXEC));
     }
 }

@@ -5,10 +5,10 @@
 //! [`sandbox::Sandbox`]; `derive()` narrows it per worker; [`plan`] turns a worker's
 //! effective sandbox into a backend-neutral launch plan that a backend renders and runs.
 
-pub mod config;
-pub mod sandbox;
-pub mod plan;
-pub mod cli;
 pub mod backend;
-pub mod tools;
+pub mod cli;
+pub mod config;
 pub mod fds;
+pub mod plan;
+pub mod sandbox;
+pub mod tools;

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use support::{assert_no_cgroup_left, run_cgroup_dirs};
 use workcell::backend::cgroup::{Controller, Support};
 
-
 /// A scratch directory (`root`) holding zone directories and, beside them, things the
 /// worker must not see.
 struct Scratch {
@@ -100,7 +99,9 @@ fn enforces(backend: &str, c: Controller) -> bool {
     }
     match Support::detect().missing(c) {
         None => true,
-        Some(why) if std::env::var("WORKCELL_REQUIRE_CGROUP").as_deref() == Ok("1") => panic!("WORKCELL_REQUIRE_CGROUP=1 but bwrap cannot enforce {c:?} here: {why}"),
+        Some(why) if std::env::var("WORKCELL_REQUIRE_CGROUP").as_deref() == Ok("1") => {
+            panic!("WORKCELL_REQUIRE_CGROUP=1 but bwrap cannot enforce {c:?} here: {why}")
+        }
         Some(why) => {
             eprintln!("note: bwrap cannot enforce {c:?} here ({why}); checking that the run says so");
             false
@@ -117,7 +118,11 @@ mod body {
         let s = Scratch::new();
         let zone = s.mkdir("in");
         std::fs::write(zone.join("a.txt"), "original").expect("write");
-        let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", "cat /in/a.txt; echo changed > /in/a.txt; echo new > /in/b.txt; rm -f /in/a.txt; exit 0"]);
+        let out = run(
+            backend,
+            &s.root,
+            &["--zone", "in=./in:ro", "--", "sh", "-c", "cat /in/a.txt; echo changed > /in/a.txt; echo new > /in/b.txt; rm -f /in/a.txt; exit 0"],
+        );
         assert_eq!(out.status.code(), Some(0));
         assert!(stdout(&out).starts_with("original"), "the zone itself must be readable");
         assert_eq!(std::fs::read_to_string(zone.join("a.txt")).expect("a.txt still there"), "original");
@@ -160,7 +165,11 @@ mod body {
         std::fs::write(&secret, "TOPSECRET").expect("write");
         std::os::unix::fs::symlink(&secret, zone.join("abs-link")).expect("symlink");
         std::os::unix::fs::symlink("../secret.txt", zone.join("rel-link")).expect("symlink");
-        let out = run(backend, &s.root, &["--zone", "zone=./zone:rw", "--", "sh", "-c", "ls /zone; cat /zone/abs-link; cat /zone/rel-link; echo x > /zone/abs-link; exit 0"]);
+        let out = run(
+            backend,
+            &s.root,
+            &["--zone", "zone=./zone:rw", "--", "sh", "-c", "ls /zone; cat /zone/abs-link; cat /zone/rel-link; echo x > /zone/abs-link; exit 0"],
+        );
         assert_eq!(out.status.code(), Some(0));
         assert!(stdout(&out).contains("rel-link"), "the zone itself must be visible");
         assert!(!stdout(&out).contains("TOPSECRET"), "a symlink reached a file outside the zone");
@@ -223,7 +232,8 @@ mod body {
             .spawn()
             .expect("start workcell");
         // The worker's own `sleep` (workcell and bwrap carry the marker in their argv too).
-        let sleeping = || processes_with_arg(&marker).into_iter().any(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
+        let sleeping =
+            || processes_with_arg(&marker).into_iter().any(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
         assert!(wait_until(Duration::from_secs(30), sleeping), "the worker never started");
         child.kill().expect("SIGKILL workcell");
         let _ = child.wait();
@@ -384,7 +394,11 @@ backend_suite!(
         /// host while the worker runs; the cgroup is gone afterwards.
         #[test]
         fn limits_are_set_on_the_workers_cgroup() {
-            if !(support::backend_ready(BACKEND) && enforces(BACKEND, Controller::Memory) && enforces(BACKEND, Controller::Pids) && enforces(BACKEND, Controller::Cpu)) {
+            if !(support::backend_ready(BACKEND)
+                && enforces(BACKEND, Controller::Memory)
+                && enforces(BACKEND, Controller::Pids)
+                && enforces(BACKEND, Controller::Cpu))
+            {
                 return;
             }
             let s = Scratch::new();
@@ -396,7 +410,8 @@ backend_suite!(
                 .spawn()
                 .expect("start workcell");
             // The worker's own process (workcell and bwrap carry the marker in their argv too).
-            let sleeper = || processes_with_arg(&marker).into_iter().find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
+            let sleeper =
+                || processes_with_arg(&marker).into_iter().find(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
             assert!(wait_until(Duration::from_secs(30), || sleeper().is_some()), "the worker never started");
             let pid = sleeper().expect("worker pid");
             let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("the worker's cgroups");
@@ -422,7 +437,10 @@ backend_suite!(
             // bwrap and the sandbox's init are inside too (nothing of the sandbox was born
             // outside), while every thread of workcell itself is back in its own cgroup.
             let run_cgroup = |p: &str| std::fs::read_to_string(p).unwrap_or_default().lines().filter(|l| l.contains("/workcell-")).count();
-            let bwraps: Vec<u32> = processes_with_arg(&marker).into_iter().filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "bwrap")).collect();
+            let bwraps: Vec<u32> = processes_with_arg(&marker)
+                .into_iter()
+                .filter(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "bwrap"))
+                .collect();
             assert!(!bwraps.is_empty(), "no bwrap process found");
             for p in &bwraps {
                 // One line per v1 hierarchy; v2 has one line for all controllers.

@@ -139,10 +139,15 @@ fn dynamic_expansion_grants_a_directory_for_the_session() {
     let yaml = "sandbox:\n  dynamic: true\n  zones:\n    out: {path: ./out, mode: rw}\n";
     let project = Arc::new(Project::from_text(yaml, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
     let runner = Arc::new(BackendRunner::new(project.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
-    let service = ToolService::new(project.clone(), Caller::default(), project.sandbox.clone(), Approver::new(ApprovalMode::ApproveAll, None), AuditLog::new(tmp.path(), "r"), runner);
-    let granted = service
-        .call("request_access", serde_json::json!({"path": outside.path().join("notes.txt"), "mode": "ro"}))
-        .expect("granted");
+    let service = ToolService::new(
+        project.clone(),
+        Caller::default(),
+        project.sandbox.clone(),
+        Approver::new(ApprovalMode::ApproveAll, None),
+        AuditLog::new(tmp.path(), "r"),
+        runner,
+    );
+    let granted = service.call("request_access", serde_json::json!({"path": outside.path().join("notes.txt"), "mode": "ro"})).expect("granted");
     let zone = granted["granted"].as_str().expect("zone").to_string();
     let read = service.call("read_file", serde_json::json!({"path": format!("{zone}/notes.txt")})).expect("readable now");
     assert_eq!(read["content"], "outside notes");
@@ -164,7 +169,8 @@ fn gc_removes_only_dead_old_broker_directories() {
         let then = std::time::SystemTime::now() - std::time::Duration::from_secs(age_secs);
         let since = then.duration_since(std::time::UNIX_EPOCH).expect("time");
         let ts = rustix::fs::Timespec { tv_sec: since.as_secs() as i64, tv_nsec: 0 };
-        rustix::fs::utimensat(rustix::fs::CWD, &dir, &rustix::fs::Timestamps { last_access: ts, last_modification: ts }, rustix::fs::AtFlags::empty()).expect("backdate");
+        rustix::fs::utimensat(rustix::fs::CWD, &dir, &rustix::fs::Timestamps { last_access: ts, last_modification: ts }, rustix::fs::AtFlags::empty())
+            .expect("backdate");
         (dir, listener)
     };
     let (dead, l) = make("dead", 600);

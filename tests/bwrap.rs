@@ -280,11 +280,7 @@ fn auto_uses_bwrap_when_docker_is_unavailable() {
 fn auto_without_any_backend_fails_with_125() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(dir.path().join("in")).expect("mkdir");
-    let out = workcell_in(dir.path())
-        .env("WORKCELL_BWRAP", "/nonexistent")
-        .args(["run", "--zone", "in=./in:ro", "--", "true"])
-        .output()
-        .expect("run");
+    let out = workcell_in(dir.path()).env("WORKCELL_BWRAP", "/nonexistent").args(["run", "--zone", "in=./in:ro", "--", "true"]).output().expect("run");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "stderr: {stderr}");
     assert!(stderr.contains("no isolation backend works here"), "stderr: {stderr}");

@@ -20,11 +20,8 @@ fn project() -> (tempfile::TempDir, PathBuf) {
     fs::create_dir_all(dir.join("out")).unwrap();
     fs::create_dir_all(dir.join("workers")).unwrap();
     fs::write(dir.join("data/a.txt"), "a").unwrap();
-    fs::write(
-        dir.join("workcell.yaml"),
-        "sandbox:\n  zones:\n    data: {path: ./data, mode: ro, suffixes: [.txt]}\n    out: {path: ./out, mode: rw}\n",
-    )
-    .unwrap();
+    fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro, suffixes: [.txt]}\n    out: {path: ./out, mode: rw}\n")
+        .unwrap();
     fs::write(dir.join("workers/reader.worker"), "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n---\nRead.\n").unwrap();
     (tmp, dir)
 }

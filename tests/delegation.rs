@@ -69,7 +69,14 @@ fn a_child_cannot_get_rw_where_the_caller_has_ro() {
     let mut a = p.worker("a").expect("a").clone();
     a.workers.push("writer".into());
     let runner = Arc::new(BackendRunner::new(p.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
-    let svc = ToolService::new(p.clone(), Caller { worker: Some(a.clone()), chain: vec!["a".into()] }, a.sandbox.clone(), Approver::new(ApprovalMode::ApproveAll, None), AuditLog::new(&p.dir, "t"), runner);
+    let svc = ToolService::new(
+        p.clone(),
+        Caller { worker: Some(a.clone()), chain: vec!["a".into()] },
+        a.sandbox.clone(),
+        Approver::new(ApprovalMode::ApproveAll, None),
+        AuditLog::new(&p.dir, "t"),
+        runner,
+    );
     let err = svc.call("call_worker", json!({"name": "writer"})).expect_err("escalation");
     assert_eq!(err.kind(), "permission_escalation");
     assert!(err.to_string().contains("'rw'") && err.to_string().contains("'ro'"), "{err}");

@@ -34,18 +34,62 @@ fn fixture() -> (tempfile::TempDir, std::path::PathBuf, Sandbox) {
 /// Allowlist entries: existing directories and files in every spelling, plus entries that
 /// are never inside any sandbox.
 const ENTRIES: &[&str] = &[
-    "/a", "a", "/a/x", "a/x/y", "a:x", "/a/x/f.txt", "/a/z", "a:z/h.txt", "/a/top.txt",
-    "/b", "b", "/b/x", "/b/x/y/g.txt", "b:z", "/c", "/c/x", "/c/x/y", "c:z/h.txt",
+    "/a",
+    "a",
+    "/a/x",
+    "a/x/y",
+    "a:x",
+    "/a/x/f.txt",
+    "/a/z",
+    "a:z/h.txt",
+    "/a/top.txt",
+    "/b",
+    "b",
+    "/b/x",
+    "/b/x/y/g.txt",
+    "b:z",
+    "/c",
+    "/c/x",
+    "/c/x/y",
+    "c:z/h.txt",
     // never inside: unknown zone, `..`, home, drive letter, the sandbox root, symlink out
-    "/nope", "/a/../b", "../a", "~", "C:\\x", "/", "/a/x/../z", "/a/out",
+    "/nope",
+    "/a/../b",
+    "../a",
+    "~",
+    "C:\\x",
+    "/",
+    "/a/x/../z",
+    "/a/out",
 ];
 
 /// Paths to probe with can_read / can_write (existing, missing, outside, odd).
 const PROBES: &[&str] = &[
-    "/a/top.txt", "/a/x/f.txt", "/a/x/y/g.txt", "/a/z/h.txt", "/a/x/new.txt", "/a/q/r/s.txt", "/a/x",
-    "/b/top.txt", "/b/x/f.txt", "/b/x/y/g.txt", "/b/z/h.txt", "/b/new.txt", "/b/x/y",
-    "/c/top.txt", "/c/x/f.txt", "/c/x/y/g.txt", "/c/z/h.txt", "/c/z/new.txt", "c:x/y/new",
-    "/a/out/secret", "/nope/x", "../x", "/a/../b/top.txt", "a:z", "b:x/f.txt",
+    "/a/top.txt",
+    "/a/x/f.txt",
+    "/a/x/y/g.txt",
+    "/a/z/h.txt",
+    "/a/x/new.txt",
+    "/a/q/r/s.txt",
+    "/a/x",
+    "/b/top.txt",
+    "/b/x/f.txt",
+    "/b/x/y/g.txt",
+    "/b/z/h.txt",
+    "/b/new.txt",
+    "/b/x/y",
+    "/c/top.txt",
+    "/c/x/f.txt",
+    "/c/x/y/g.txt",
+    "/c/z/h.txt",
+    "/c/z/new.txt",
+    "c:x/y/new",
+    "/a/out/secret",
+    "/nope/x",
+    "../x",
+    "/a/../b/top.txt",
+    "a:z",
+    "b:x/f.txt",
 ];
 
 #[derive(Debug, Clone)]
@@ -313,7 +357,10 @@ fn seed004_7_readonly_rules() {
     let (_fx2, ro_parent) = root_project(true);
     let e = ro_parent.derive(&DeriveSpec { inherit: true, readonly: Some(false), ..Default::default() }).unwrap_err();
     assert_eq!(e.kind(), "permission_escalation");
-    assert!(e.to_string().starts_with("Cannot create child sandbox with readonly=false: parent sandbox is readonly. Child sandboxes may only restrict access."), "{e}");
+    assert!(
+        e.to_string().starts_with("Cannot create child sandbox with readonly=false: parent sandbox is readonly. Child sandboxes may only restrict access."),
+        "{e}"
+    );
     // Multi-path sandboxes are unaffected when not deriving.
     let (_t, multi) = zone_project(&[("output", "rw"), ("input", "ro")]);
     assert!(multi.can_write("/output/x") && multi.can_read("/input/x") && !multi.can_write("/input/x"));

@@ -49,7 +49,10 @@ fn zones_are_mounted_with_their_modes_and_nothing_else_is_visible() {
     let root: Vec<&str> = out.lines().skip_while(|l| *l != "---ROOT---").skip(1).collect();
     assert!(root.contains(&"in") && root.contains(&"out") && root.contains(&"usr"), "{out}");
     for name in root {
-        assert!(["bin", "dev", "etc", "in", "lib", "lib32", "lib64", "libx32", "out", "proc", "run", "sbin", "sys", "tmp", "usr"].contains(&name), "unexpected / entry {name}: {out}");
+        assert!(
+            ["bin", "dev", "etc", "in", "lib", "lib32", "lib64", "libx32", "out", "proc", "run", "sbin", "sys", "tmp", "usr"].contains(&name),
+            "unexpected / entry {name}: {out}"
+        );
     }
     p.assert_no_containers();
 }
@@ -123,10 +126,8 @@ fn fork_bomb_is_contained_by_pids_limit() {
 fn memory_hog_is_killed() {
     need_docker!();
     let p = Proj::new();
-    let out = p
-        .run(&["--memory", "64m", "--timeout", "60s"], &["sh", "-c", "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo done ${#x}"])
-        .output()
-        .expect("run");
+    let out =
+        p.run(&["--memory", "64m", "--timeout", "60s"], &["sh", "-c", "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo done ${#x}"]).output().expect("run");
     let code = out.status.code().unwrap_or(-1);
     assert_ne!(code, 0, "the hog must not succeed: {}", String::from_utf8_lossy(&out.stdout));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("done"));
@@ -263,9 +264,11 @@ fn missing_daemon_fails_with_125_and_says_what_to_do() {
         .assert()
         .code(125)
         .stderr(predicate::str::contains("cannot reach the Docker daemon").and(predicate::str::contains("workcell doctor")));
-    p.workcell().arg("doctor").env("DOCKER_HOST", "unix:///nonexistent/docker.sock").assert().stdout(
-        predicate::str::contains("DOCKER_HOST: unix:///nonexistent/docker.sock").and(predicate::str::contains("podman/podman.sock")),
-    );
+    p.workcell()
+        .arg("doctor")
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .assert()
+        .stdout(predicate::str::contains("DOCKER_HOST: unix:///nonexistent/docker.sock").and(predicate::str::contains("podman/podman.sock")));
 }
 
 #[test]
@@ -277,7 +280,8 @@ fn doctor_reports_the_engine() {
 
 // --- workcell plan --json ----------------------------------------------------------------
 
-const PROJECT: &str = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
+const PROJECT: &str =
+    "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
 
 fn plan_project() -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -339,7 +343,15 @@ fn redact(v: &mut serde_json::Value, dir: &str, run_id: &str) {
 }
 
 fn plan_json(dir: &std::path::Path, worker: &str) -> serde_json::Value {
-    let out = assert_cmd::Command::cargo_bin("workcell").expect("bin").current_dir(dir).args(["plan", "--json", worker]).assert().success().get_output().stdout.clone();
+    let out = assert_cmd::Command::cargo_bin("workcell")
+        .expect("bin")
+        .current_dir(dir)
+        .args(["plan", "--json", worker])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
     let mut v: serde_json::Value = serde_json::from_slice(&out).expect("plan json");
     let run_id = v["run_id"].as_str().expect("run_id").to_string();
     redact(&mut v, &dir.display().to_string(), &run_id);

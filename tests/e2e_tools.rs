@@ -17,7 +17,9 @@ fn required(var: &str) -> bool {
 /// Whether `backend` can run here; fails instead of skipping when CI requires it.
 fn available(backend: &str) -> bool {
     let (ok, var) = match backend {
-        "docker" => (Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().is_ok_and(|o| o.status.success()), "WORKCELL_REQUIRE_DOCKER"),
+        "docker" => {
+            (Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().is_ok_and(|o| o.status.success()), "WORKCELL_REQUIRE_DOCKER")
+        }
         _ => (Command::new("bwrap").args(["--ro-bind", "/", "/", "true"]).status().is_ok_and(|s| s.success()), "WORKCELL_REQUIRE_BWRAP"),
     };
     if !ok {
@@ -40,24 +42,14 @@ fn write_project(dir: &Path, config: &str, workers: &[(&str, &str)]) {
 /// Runs `workcell ARGS` on a pseudo-terminal, answering every approval prompt with `answer`.
 fn run_on_pty(dir: &Path, answer: &str, args: &[&str]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_run.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(answer)
-        .arg(env!("CARGO_BIN_EXE_workcell"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("pty driver runs");
+    let out =
+        Command::new("python3").arg(script).arg(answer).arg(env!("CARGO_BIN_EXE_workcell")).args(args).current_dir(dir).output().expect("pty driver runs");
     assert!(out.status.success(), "pty driver failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("driver prints JSON")
 }
 
 fn audit(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join(".workcell/audit.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect()
+    std::fs::read_to_string(dir.join(".workcell/audit.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
 /// A worker file whose command is `sh -c SCRIPT`; the command is written as JSON (which is
@@ -71,7 +63,9 @@ fn ask_zone_project(dir: &Path) {
     std::fs::create_dir_all(dir.join("drafts")).expect("mkdir");
     let worker = worker(
         "sandbox:\n  zones:\n    - {name: drafts, mode: rw}\n",
-        &format!(r#"echo direct > /drafts/direct.txt 2>/dev/null || echo DIRECT-WRITE-FAILED; {CURL} --data-binary '{{"path":"/drafts/report.txt","content":"from the worker"}}' http://workcell/v1/tools/write_file; echo"#),
+        &format!(
+            r#"echo direct > /drafts/direct.txt 2>/dev/null || echo DIRECT-WRITE-FAILED; {CURL} --data-binary '{{"path":"/drafts/report.txt","content":"from the worker"}}' http://workcell/v1/tools/write_file; echo"#
+        ),
     );
     write_project(dir, "sandbox:\n  zones:\n    drafts: {path: ./drafts, mode: rw, approval: {write: ask}}\n", &[("drafter", &worker)]);
 }
@@ -186,7 +180,8 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
         ),
     );
     write_project(tmp.path(), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", &[("sheller", &w)]);
-    let out = Command::new(env!("CARGO_BIN_EXE_workcell")).args(["run", "--strict", "--backend", backend, "sheller"]).current_dir(tmp.path()).output().expect("run");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_workcell")).args(["run", "--strict", "--backend", backend, "sheller"]).current_dir(tmp.path()).output().expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("shell can read this"), "{stdout}");
@@ -217,9 +212,16 @@ fn child_worker_limits_hold(backend: &str) {
         "workers: [bomber]\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n",
         &format!(r#"{CURL} --data-binary '{{"name":"bomber","input":"go"}}' http://workcell/v1/tools/call_worker; echo"#),
     );
-    let bomber = worker("limits: {pids: 20, timeout: 60s}\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n", "echo BOMBER-STARTED; for i in $(seq 60); do sleep 2 & done; wait");
+    let bomber = worker(
+        "limits: {pids: 20, timeout: 60s}\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n",
+        "echo BOMBER-STARTED; for i in $(seq 60); do sleep 2 & done; wait",
+    );
     write_project(tmp.path(), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", &[("parent", &parent), ("bomber", &bomber)]);
-    let out = Command::new(env!("CARGO_BIN_EXE_workcell")).args(["run", "--approve-all", "--backend", backend, "parent"]).current_dir(tmp.path()).output().expect("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+        .args(["run", "--approve-all", "--backend", backend, "parent"])
+        .current_dir(tmp.path())
+        .output()
+        .expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("BOMBER-STARTED"), "the child ran: {stdout}");

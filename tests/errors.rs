@@ -60,8 +60,18 @@ fn every_error_kind_has_a_snapshot() {
     let errors = all_errors(&fx);
     let kinds: std::collections::BTreeSet<&str> = errors.iter().map(|(_, e)| e.kind()).collect();
     let expected = [
-        "invalid_path", "outside_sandbox", "not_writable", "suffix_not_allowed", "too_large", "permission_escalation",
-        "not_found", "edit_mismatch", "not_text", "wrong_kind", "invalid_pattern", "io",
+        "invalid_path",
+        "outside_sandbox",
+        "not_writable",
+        "suffix_not_allowed",
+        "too_large",
+        "permission_escalation",
+        "not_found",
+        "edit_mismatch",
+        "not_text",
+        "wrong_kind",
+        "invalid_pattern",
+        "io",
     ];
     assert_eq!(kinds, expected.into_iter().collect(), "every kind is covered");
     for (name, e) in &errors {

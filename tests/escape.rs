@@ -178,7 +178,9 @@ mod body {
             // A grant checked while the name pointed at the link is refused (that is the
             // check working): retry until one is granted, then race the bind.
             let Some(child) = (0..100_000).find_map(|_| project.sandbox.derive(&spec).ok()) else { continue };
-            let plan = LaunchPlan::build(&project, None, &child, &sh("cat /out/sub/marker.txt 2>/dev/null; echo planted > /out/sub/planted 2>/dev/null; exit 0")).expect("plan");
+            let plan =
+                LaunchPlan::build(&project, None, &child, &sh("cat /out/sub/marker.txt 2>/dev/null; echo planted > /out/sub/planted 2>/dev/null; exit 0"))
+                    .expect("plan");
             checked += 1;
             let out = run(backend, &plan);
             assert!(!text(&out.stdout).contains("OUTSIDE-SECRET"), "round {checked}: the child read the host directory");

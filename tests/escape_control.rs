@@ -43,7 +43,14 @@ fn service(dir: &Path) -> ToolService {
     let project = Arc::new(Project::load(Some(&dir.join("workcell.yaml")), dir).expect("project"));
     let runner = workcell::tools::runner::BackendRunner::new(project.clone(), BackendChoice::Bwrap, ApprovalMode::Strict);
     let audit = workcell::tools::audit::AuditLog::new(dir, "control-test");
-    ToolService::new(project.clone(), Caller { worker: None, chain: Vec::new() }, project.sandbox.clone(), Approver::new(ApprovalMode::Strict, None), audit, Arc::new(runner))
+    ToolService::new(
+        project.clone(),
+        Caller { worker: None, chain: Vec::new() },
+        project.sandbox.clone(),
+        Approver::new(ApprovalMode::Strict, None),
+        audit,
+        Arc::new(runner),
+    )
 }
 
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -100,7 +107,8 @@ fn writable_zone_around_the_project_is_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    up: {path: .., mode: rw, approval: {write: preApproved, delete: preApproved}}\n").expect("config");
+    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    up: {path: .., mode: rw, approval: {write: preApproved, delete: preApproved}}\n")
+        .expect("config");
     let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
     let ov = Overrides { command: Some(vec!["true".into()]), ..Overrides::default() };
     match LaunchPlan::build(&project, None, &project.sandbox, &ov) {
@@ -113,7 +121,8 @@ fn writable_zone_around_the_project_is_refused() {
     LaunchPlan::build(&project, None, &project.sandbox, &ov).expect("a read-only zone around the project");
     // A writable zone that is a control directory itself is refused too.
     std::fs::create_dir_all(dir.join("workers")).expect("mkdir");
-    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    w: {path: ./workers, mode: rw, approval: {write: preApproved, delete: preApproved}}\n").expect("config");
+    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    w: {path: ./workers, mode: rw, approval: {write: preApproved, delete: preApproved}}\n")
+        .expect("config");
     let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
     match LaunchPlan::build(&project, None, &project.sandbox, &ov) {
         Err(e @ PlanError::ZoneInsideControl { .. }) => assert!(e.to_string().contains("/w"), "{e}"),

@@ -17,7 +17,6 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-
 /// `root/proj` (the project, zone `data`) and `root/outside` (never a zone) holding
 /// `secret.txt`, whose text is unique to this test.
 struct Setup {
@@ -36,15 +35,8 @@ impl Setup {
         std::fs::create_dir_all(proj.join("data")).expect("mkdir");
         std::fs::create_dir_all(&outside).expect("mkdir");
         std::fs::write(proj.join("data/doc.txt"), "zone file\n").expect("write");
-        std::fs::write(
-            proj.join("workcell.yaml"),
-            "sandbox:\n  zones:\n    data: {path: ./data, mode: rw}\n",
-        )
-        .expect("write");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+        std::fs::write(proj.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: rw}\n").expect("write");
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let secret = format!("HOST-SECRET-{}-{nanos}", std::process::id());
         std::fs::write(outside.join("secret.txt"), format!("{secret}\n")).expect("write");
         // Readable by the worker's uid too (docker runs it unprivileged): only the boundary
@@ -53,17 +45,8 @@ impl Setup {
         for p in [&root, &outside] {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).expect("chmod");
         }
-        std::fs::set_permissions(
-            outside.join("secret.txt"),
-            std::fs::Permissions::from_mode(0o666),
-        )
-        .expect("chmod");
-        Setup {
-            _tmp: tmp,
-            proj,
-            outside,
-            secret,
-        }
+        std::fs::set_permissions(outside.join("secret.txt"), std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        Setup { _tmp: tmp, proj, outside, secret }
     }
 
     /// `cmd` with descriptor 9 open on the secret file and 10 on the outside directory,
@@ -86,45 +69,23 @@ impl Setup {
     }
 
     fn assert_nothing_leaked(&self, output: &str) {
-        assert!(
-            !output.contains(&self.secret),
-            "the worker read the host secret through an inherited descriptor:\n{output}"
-        );
-        assert!(
-            !self.outside.join("x").exists(),
-            "the worker created a host file through an inherited directory descriptor"
-        );
-        let names: Vec<_> = std::fs::read_dir(&self.outside)
-            .expect("outside")
-            .flatten()
-            .map(|e| e.file_name())
-            .collect();
+        assert!(!output.contains(&self.secret), "the worker read the host secret through an inherited descriptor:\n{output}");
+        assert!(!self.outside.join("x").exists(), "the worker created a host file through an inherited directory descriptor");
+        let names: Vec<_> = std::fs::read_dir(&self.outside).expect("outside").flatten().map(|e| e.file_name()).collect();
         assert_eq!(names.len(), 1, "the outside directory changed: {names:?}");
     }
 }
 
 /// The text between two markers.
 fn between<'a>(output: &'a str, start: &str, end: &str) -> &'a str {
-    let from = output
-        .find(start)
-        .unwrap_or_else(|| panic!("no {start} in:\n{output}"))
-        + start.len();
-    let to = output[from..]
-        .find(end)
-        .unwrap_or_else(|| panic!("no {end} in:\n{output}"))
-        + from;
+    let from = output.find(start).unwrap_or_else(|| panic!("no {start} in:\n{output}")) + start.len();
+    let to = output[from..].find(end).unwrap_or_else(|| panic!("no {end} in:\n{output}")) + from;
     &output[from..to]
 }
 
 /// The descriptor numbers `ls /proc/self/fd` printed.
 fn listed_fds(output: &str) -> Vec<u32> {
-    let mut fds: Vec<u32> = output
-        .split_whitespace()
-        .map(|w| {
-            w.parse()
-                .unwrap_or_else(|_| panic!("not a descriptor: {w:?} in:\n{output}"))
-        })
-        .collect();
+    let mut fds: Vec<u32> = output.split_whitespace().map(|w| w.parse().unwrap_or_else(|_| panic!("not a descriptor: {w:?} in:\n{output}"))).collect();
     fds.sort();
     fds
 }
@@ -150,36 +111,14 @@ fn run_escapes(backend: &str) {
     }
     let s = Setup::new();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_workcell"));
-    cmd.current_dir(&s.proj)
-        .args([
-            "run",
-            "--backend",
-            backend,
-            "--no-broker",
-            "--",
-            "sh",
-            "-c",
-            SCRIPT,
-        ])
-        .env_remove("RUST_LOG");
+    cmd.current_dir(&s.proj).args(["run", "--backend", backend, "--no-broker", "--", "sh", "-c", SCRIPT]).env_remove("RUST_LOG");
     s.with_inherited_fds(&mut cmd);
     let out = cmd.output().expect("start workcell");
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     eprintln!("workcell -> {:?}\n{text}", out.status.code());
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("DONE"),
-        "the worker did not run to the end:\n{text}"
-    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DONE"), "the worker did not run to the end:\n{text}");
     s.assert_nothing_leaked(&text);
-    let fds = listed_fds(between(
-        &String::from_utf8_lossy(&out.stdout),
-        "LS-START",
-        "LS-END",
-    ));
+    let fds = listed_fds(between(&String::from_utf8_lossy(&out.stdout), "LS-START", "LS-END"));
     assert_only_standard_fds(&fds, &text);
 }
 
@@ -204,23 +143,15 @@ struct Mcp {
 impl Mcp {
     fn start(project: &Path, backend: &str, prepare: impl FnOnce(&mut Command)) -> Mcp {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_workcell"));
-        cmd.current_dir(project)
-            .args(["mcp", "--backend", backend, "--approve-all"])
-            .env_remove("RUST_LOG");
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.current_dir(project).args(["mcp", "--backend", backend, "--approve-all"]).env_remove("RUST_LOG");
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         prepare(&mut cmd);
         let mut child = cmd.spawn().expect("start workcell mcp");
         let stdin = child.stdin.take().expect("stdin");
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut mcp = Mcp {
-            child,
-            stdin,
-            stdout,
-            next_id: 1,
-        };
-        let init = mcp.request("initialize", json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "escape-test", "version": "0"}}));
+        let mut mcp = Mcp { child, stdin, stdout, next_id: 1 };
+        let init =
+            mcp.request("initialize", json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "escape-test", "version": "0"}}));
         assert!(init.get("result").is_some(), "initialize failed: {init}");
         mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         mcp
@@ -237,13 +168,9 @@ impl Mcp {
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         loop {
             let mut line = String::new();
-            let n = self
-                .stdout
-                .read_line(&mut line)
-                .expect("read from workcell mcp");
+            let n = self.stdout.read_line(&mut line).expect("read from workcell mcp");
             assert!(n > 0, "workcell mcp closed its output");
-            let msg: Value =
-                serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+            let msg: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
             if msg["id"] == json!(id) {
                 return msg;
             }
@@ -252,13 +179,8 @@ impl Mcp {
 
     /// Calls the shell tool; returns the tool's text (its JSON result or error).
     fn shell(&mut self, command: &str) -> String {
-        let r = self.request(
-            "tools/call",
-            json!({"name": "shell", "arguments": {"command": command}}),
-        );
-        let content = r["result"]["content"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no result: {r}"));
+        let r = self.request("tools/call", json!({"name": "shell", "arguments": {"command": command}}));
+        let content = r["result"]["content"].as_array().unwrap_or_else(|| panic!("no result: {r}"));
         content.iter().filter_map(|c| c["text"].as_str()).collect()
     }
 }
@@ -283,17 +205,12 @@ fn mcp_shell_escapes(backend: &str) {
     let all = format!("{ls}\n{via9}\n{via10}\n{write10}");
     eprintln!("{all}");
     s.assert_nothing_leaked(&all);
-    let ls: Value = serde_json::from_str(&ls)
-        .unwrap_or_else(|e| panic!("the shell tool's result is not JSON ({e}): {ls}"));
+    let ls: Value = serde_json::from_str(&ls).unwrap_or_else(|e| panic!("the shell tool's result is not JSON ({e}): {ls}"));
     assert_eq!(ls["exit_code"], 0, "{ls}");
     let fds = listed_fds(ls["stdout"].as_str().expect("stdout"));
     assert_only_standard_fds(&fds, &all);
-    let via9: Value =
-        serde_json::from_str(&via9).unwrap_or_else(|e| panic!("not JSON ({e}): {via9}"));
-    assert_ne!(
-        via9["exit_code"], 0,
-        "cat /proc/self/fd/9 succeeded: {via9}"
-    );
+    let via9: Value = serde_json::from_str(&via9).unwrap_or_else(|e| panic!("not JSON ({e}): {via9}"));
+    assert_ne!(via9["exit_code"], 0, "cat /proc/self/fd/9 succeeded: {via9}");
 }
 
 #[test]

@@ -17,7 +17,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-
 const HOST_TEXT: &str = "host file, not an audit log\n";
 
 /// `root/proj`, a root-form project writable by its workers, and `root/outside` (not in
@@ -38,21 +37,16 @@ impl Setup {
         std::fs::create_dir_all(&outside).expect("mkdir");
         // Writes and deletes pre-approved: otherwise the root is mounted read-only and writes
         // go through the broker.
-        std::fs::write(proj.join("workcell.yaml"), "sandbox:\n  root: {root: ., readonly: false, approval: {write: preApproved, delete: preApproved}}\n").expect("config");
+        std::fs::write(proj.join("workcell.yaml"), "sandbox:\n  root: {root: ., readonly: false, approval: {write: preApproved, delete: preApproved}}\n")
+            .expect("config");
         std::fs::write(outside.join("target.txt"), HOST_TEXT).expect("write");
         std::fs::write(outside.join("audit.jsonl"), HOST_TEXT).expect("write");
-        Setup {
-            _tmp: tmp,
-            proj,
-            outside,
-        }
+        Setup { _tmp: tmp, proj, outside }
     }
 
     fn run(&self, backend: &str, script: &str) -> Output {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_workcell"));
-        cmd.current_dir(&self.proj)
-            .args(["run", "--backend", backend, "--", "sh", "-c", script])
-            .env_remove("RUST_LOG");
+        cmd.current_dir(&self.proj).args(["run", "--backend", backend, "--", "sh", "-c", script]).env_remove("RUST_LOG");
         let out = run_with_deadline(cmd, Duration::from_secs(120));
         eprintln!(
             "workcell run {script:?} -> {:?}\nstdout: {}\nstderr: {}",
@@ -67,23 +61,11 @@ impl Setup {
     /// was added beside them.
     fn assert_outside_unchanged(&self) {
         for f in ["target.txt", "audit.jsonl"] {
-            assert_eq!(
-                std::fs::read_to_string(self.outside.join(f)).expect("host file"),
-                HOST_TEXT,
-                "an audit event reached the host file {f} through a link"
-            );
+            assert_eq!(std::fs::read_to_string(self.outside.join(f)).expect("host file"), HOST_TEXT, "an audit event reached the host file {f} through a link");
         }
-        let mut names: Vec<_> = std::fs::read_dir(&self.outside)
-            .expect("outside")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect();
+        let mut names: Vec<_> = std::fs::read_dir(&self.outside).expect("outside").flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
         names.sort();
-        assert_eq!(
-            names,
-            ["audit.jsonl", "target.txt"],
-            "files appeared outside the project"
-        );
+        assert_eq!(names, ["audit.jsonl", "target.txt"], "files appeared outside the project");
     }
 }
 
@@ -91,21 +73,13 @@ impl Setup {
 /// a FIFO, must not hang the run) and panics.
 fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
     use std::process::Stdio;
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start workcell");
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start workcell");
     let start = Instant::now();
     while child.try_wait().expect("wait").is_none() {
         if start.elapsed() > limit {
             let _ = child.kill();
             let out = child.wait_with_output().expect("wait");
-            panic!(
-                "workcell hung for {limit:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            panic!("workcell hung for {limit:?}; stderr: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -115,19 +89,9 @@ fn run_with_deadline(mut cmd: Command, limit: Duration) -> Output {
 /// The run was refused because of the audit log, before the worker ran.
 fn assert_refused(out: &Output, marker: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(125),
-        "a run whose audit log is refused must fail: {stderr}"
-    );
-    assert!(
-        stderr.contains("audit log") && stderr.contains(".workcell"),
-        "the refusal names the audit log: {stderr}"
-    );
-    assert!(
-        !String::from_utf8_lossy(&out.stdout).contains(marker),
-        "the worker ran although its run could not be recorded"
-    );
+    assert_eq!(out.status.code(), Some(125), "a run whose audit log is refused must fail: {stderr}");
+    assert!(stderr.contains("audit log") && stderr.contains(".workcell"), "the refusal names the audit log: {stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(marker), "the worker ran although its run could not be recorded");
 }
 
 /// A first run whose worker plants `link` (inside the project) pointing at `target`, then a
@@ -139,39 +103,25 @@ fn worker_plants_a_link(backend: &str, link: &str, target: &Path) {
     let s = Setup::new();
     let plant = format!(
         "rm -rf /sandbox/{link} && ln -s {} /sandbox/{link} && echo PLANTED",
-        target
-            .display()
-            .to_string()
-            .replace("OUTSIDE", &s.outside.display().to_string())
+        target.display().to_string().replace("OUTSIDE", &s.outside.display().to_string())
     );
     let first = s.run(backend, &plant);
     s.assert_outside_unchanged();
-    let planted =
-        std::fs::symlink_metadata(s.proj.join(link)).is_ok_and(|m| m.file_type().is_symlink());
+    let planted = std::fs::symlink_metadata(s.proj.join(link)).is_ok_and(|m| m.file_type().is_symlink());
     if !planted {
         // A later workcell keeps `.workcell` read-only in zones; the link from outside is
         // covered by the `host_planted_*` tests.
-        eprintln!(
-            "note: the worker could not plant the link: {}",
-            String::from_utf8_lossy(&first.stdout)
-        );
+        eprintln!("note: the worker could not plant the link: {}", String::from_utf8_lossy(&first.stdout));
         return;
     }
-    assert!(
-        String::from_utf8_lossy(&first.stderr).contains("audit log"),
-        "the end of the first run could not be recorded, and says so"
-    );
+    assert!(String::from_utf8_lossy(&first.stderr).contains("audit log"), "the end of the first run could not be recorded, and says so");
     let second = s.run(backend, "echo SECOND-RAN");
     s.assert_outside_unchanged();
     assert_refused(&second, "SECOND-RAN");
 }
 
 fn worker_symlinks_the_log(backend: &str) {
-    worker_plants_a_link(
-        backend,
-        ".workcell/audit.jsonl",
-        Path::new("OUTSIDE/target.txt"),
-    );
+    worker_plants_a_link(backend, ".workcell/audit.jsonl", Path::new("OUTSIDE/target.txt"));
 }
 
 fn worker_symlinks_the_directory(backend: &str) {
@@ -207,8 +157,7 @@ fn host_planted_links_are_refused() {
     let s = Setup::new();
     let wc = s.proj.join(".workcell");
     std::fs::create_dir_all(&wc).expect("mkdir");
-    std::os::unix::fs::symlink(s.outside.join("target.txt"), wc.join("audit.jsonl"))
-        .expect("symlink");
+    std::os::unix::fs::symlink(s.outside.join("target.txt"), wc.join("audit.jsonl")).expect("symlink");
     assert_refused(&s.run("bwrap", "echo RAN"), "RAN");
     s.assert_outside_unchanged();
 
@@ -220,11 +169,7 @@ fn host_planted_links_are_refused() {
     // A FIFO: opening it for writing would wait for a reader forever.
     std::fs::remove_file(&wc).expect("rm");
     std::fs::create_dir_all(&wc).expect("mkdir");
-    assert!(Command::new("mkfifo")
-        .arg(wc.join("audit.jsonl"))
-        .status()
-        .expect("mkfifo")
-        .success());
+    assert!(Command::new("mkfifo").arg(wc.join("audit.jsonl")).status().expect("mkfifo").success());
     assert_refused(&s.run("bwrap", "echo RAN"), "RAN");
     s.assert_outside_unchanged();
 }

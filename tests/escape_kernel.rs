@@ -43,11 +43,7 @@ fn probe(backend: &str) -> Vec<(String, i32)> {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "the probe should run");
-    stdout
-        .lines()
-        .filter_map(|l| l.split_once(' '))
-        .map(|(n, e)| (n.to_string(), e.trim().parse().expect("errno")))
-        .collect()
+    stdout.lines().filter_map(|l| l.split_once(' ')).map(|(n, e)| (n.to_string(), e.trim().parse().expect("errno"))).collect()
 }
 
 const EPERM: i32 = 1;

@@ -17,11 +17,7 @@ fn project() -> tempfile::TempDir {
     std::fs::create_dir_all(p.join("data")).expect("mkdir");
     std::fs::create_dir_all(p.join("out")).expect("mkdir");
     std::fs::write(p.join("data/hello.txt"), "hello from the data zone\n").expect("write");
-    std::fs::write(
-        p.join("workcell.yaml"),
-        "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw}\n",
-    )
-    .expect("write");
+    std::fs::write(p.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw}\n").expect("write");
     tmp
 }
 
@@ -34,13 +30,7 @@ fn mcp_python_sdk_drives_the_sandboxed_tools() {
     }
     let tmp = project();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(env!("CARGO_BIN_EXE_workcell"))
-        .arg(tmp.path())
-        .arg("bwrap")
-        .output()
-        .expect("run the python client");
+    let out = Command::new("python3").arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(tmp.path()).arg("bwrap").output().expect("run the python client");
     assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).expect("client output is JSON");
 

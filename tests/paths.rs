@@ -216,22 +216,12 @@ fn sandboxes(fx: &Fx) -> Sandboxes {
     let zones = fx.project(Zones).sandbox;
     let root = fx.project(Root).sandbox;
     let list = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-    let child_rw = zones
-        .derive(&DeriveSpec { inherit: false, allow_read: list(&["/data/sub"]), allow_write: list(&["/out/reports"]), readonly: None })
-        .unwrap();
+    let child_rw =
+        zones.derive(&DeriveSpec { inherit: false, allow_read: list(&["/data/sub"]), allow_write: list(&["/out/reports"]), readonly: None }).unwrap();
     let child_ro = zones.derive(&DeriveSpec { inherit: true, readonly: Some(true), ..Default::default() }).unwrap();
     let root_child = root.derive(&DeriveSpec { allow_read: list(&["/src"]), ..Default::default() }).unwrap();
     let root_ro = fx.project_text("sandbox:\n  root: {root: ./proj, readonly: true}\n").sandbox;
-    Sandboxes {
-        zones,
-        paths: fx.project(Paths).sandbox,
-        root,
-        mounts: fx.project(Mounts).sandbox,
-        child_rw,
-        child_ro,
-        root_child,
-        root_ro,
-    }
+    Sandboxes { zones, paths: fx.project(Paths).sandbox, root, mounts: fx.project(Mounts).sandbox, child_rw, child_ro, root_child, root_ro }
 }
 
 fn run(sb: &Sandbox, op: Op, path: &str) -> Result<(), SandboxError> {
@@ -290,7 +280,15 @@ fn equivalent_spellings_resolve_to_the_same_host_path() {
     let fx = Fx::new();
     let sb = fx.project(Zones).sandbox;
     let want = fx.host("data/sub/deep.txt");
-    for p in ["/data/sub/deep.txt", "data/sub/deep.txt", "data:sub/deep.txt", "\\data\\sub\\deep.txt", "//data//sub/deep.txt", "data:sub\\deep.txt", "/data/./sub/x/../deep.txt"] {
+    for p in [
+        "/data/sub/deep.txt",
+        "data/sub/deep.txt",
+        "data:sub/deep.txt",
+        "\\data\\sub\\deep.txt",
+        "//data//sub/deep.txt",
+        "data:sub\\deep.txt",
+        "/data/./sub/x/../deep.txt",
+    ] {
         assert_eq!(sb.resolve(p).unwrap(), want, "{p}");
     }
     let root = fx.project(Root).sandbox;
@@ -315,9 +313,7 @@ fn list_slash_shows_the_zones_and_globs_stay_in_place() {
     assert!(deep.contains(&"/data/sub/deep.txt".to_string()), "{deep:?}");
     assert!(!deep.iter().any(|p| p.contains("secret")), "{deep:?}");
     // A child restricted to a subdirectory sees where it can go.
-    let child = sb
-        .derive(&DeriveSpec { allow_read: Some(vec!["/data/sub".into()]), ..Default::default() })
-        .unwrap();
+    let child = sb.derive(&DeriveSpec { allow_read: Some(vec!["/data/sub".into()]), ..Default::default() }).unwrap();
     let shown = child.list("/", "*").unwrap();
     assert_eq!(shown, vec!["/data/sub/"]);
     for entry in &shown {
@@ -357,7 +353,8 @@ fn io_roundtrip_edit_delete_exists_stat() {
     std::fs::write(fx.host("out/latin1.txt"), [b'a', 0xe9]).unwrap();
     assert_eq!(sb.read("/out/latin1.txt", 10, 0).unwrap_err().kind(), "not_text");
     // No temporary files are left behind by writes.
-    let leftovers: Vec<_> = std::fs::read_dir(fx.host("out")).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".workcell-")).collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(fx.host("out")).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().contains(".workcell-")).collect();
     assert!(leftovers.is_empty());
 }
 

@@ -3,10 +3,7 @@
 //! ordinary programs still run. A control run without the filter shows the probe can fail.
 //!
 //! Gate: without bwrap these tests skip with a note, unless `WORKCELL_REQUIRE_BWRAP=1`.
-#![cfg(all(
-    target_os = "linux",
-    any(target_arch = "x86_64", target_arch = "aarch64")
-))]
+#![cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -18,10 +15,7 @@ const EPERM: i64 = libc::EPERM as i64;
 
 /// True if bwrap can build a sandbox here; false (skip) or a panic under the gate otherwise.
 fn bwrap_works() -> bool {
-    let ok = Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
+    let ok = Command::new("bwrap").args(["--ro-bind", "/", "/", "true"]).status().is_ok_and(|s| s.success());
     if !ok && std::env::var("WORKCELL_REQUIRE_BWRAP").as_deref() == Ok("1") {
         panic!("WORKCELL_REQUIRE_BWRAP=1 but bwrap is unavailable or cannot create a sandbox");
     }
@@ -34,39 +28,9 @@ fn bwrap_works() -> bool {
 /// Runs `argv` under bwrap, with the filter on descriptor 3 when `filtered`.
 fn sandboxed(filtered: bool, argv: &[&str]) -> Output {
     let mut cmd = Command::new("bwrap");
-    cmd.args([
-        "--unshare-all",
-        "--unshare-user",
-        "--uid",
-        "65534",
-        "--gid",
-        "65534",
-        "--die-with-parent",
-        "--new-session",
-    ]);
-    cmd.args([
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--symlink",
-        "usr/bin",
-        "/bin",
-        "--symlink",
-        "usr/lib",
-        "/lib",
-    ]);
-    cmd.args([
-        "--symlink",
-        "usr/lib64",
-        "/lib64",
-        "--symlink",
-        "usr/sbin",
-        "/sbin",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-    ]);
+    cmd.args(["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent", "--new-session"]);
+    cmd.args(["--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib"]);
+    cmd.args(["--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev"]);
     let fd: Option<OwnedFd> = filtered.then(|| seccomp::filter_fd().expect("filter fd"));
     if let Some(fd) = &fd {
         cmd.args(["--seccomp", "3"]);
@@ -75,11 +39,7 @@ fn sandboxed(filtered: bool, argv: &[&str]) -> Output {
         // so when the memfd already is descriptor 3 the flag is cleared instead.
         unsafe {
             cmd.pre_exec(move || {
-                let ok = if raw == 3 {
-                    libc::fcntl(3, libc::F_SETFD, 0) == 0
-                } else {
-                    libc::dup2(raw, 3) == 3
-                };
+                let ok = if raw == 3 { libc::fcntl(3, libc::F_SETFD, 0) == 0 } else { libc::dup2(raw, 3) == 3 };
                 if ok {
                     Ok(())
                 } else {
@@ -94,10 +54,7 @@ fn sandboxed(filtered: bool, argv: &[&str]) -> Output {
 
 /// Python that calls each `(name, nr, args)` with `syscall(2)` and prints `name errno`.
 fn probe_script(calls: &[(&str, i64, &[i64])]) -> String {
-    let list: Vec<String> = calls
-        .iter()
-        .map(|(n, nr, a)| format!("({n:?}, {nr}, {a:?})"))
-        .collect();
+    let list: Vec<String> = calls.iter().map(|(n, nr, a)| format!("({n:?}, {nr}, {a:?})")).collect();
     format!(
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.syscall.restype = ctypes.c_long\n\
          for name, nr, args in [{}]:\n    ctypes.set_errno(0)\n    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n    \
@@ -110,20 +67,8 @@ fn probe_script(calls: &[(&str, i64, &[i64])]) -> String {
 fn probe(filtered: bool, calls: &[(&str, i64, &[i64])]) -> Vec<(String, i64)> {
     let out = sandboxed(filtered, &["/usr/bin/python3", "-c", &probe_script(calls)]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "probe failed: {:?}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .lines()
-        .map(|l| {
-            l.split_once(' ')
-                .map(|(n, e)| (n.to_string(), e.parse().unwrap()))
-                .unwrap()
-        })
-        .collect()
+    assert!(out.status.success(), "probe failed: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    stdout.lines().map(|l| l.split_once(' ').map(|(n, e)| (n.to_string(), e.parse().unwrap())).unwrap()).collect()
 }
 
 /// Every call the filter refuses with EPERM, with harmless arguments (a call that got
@@ -131,9 +76,7 @@ fn probe(filtered: bool, calls: &[(&str, i64, &[i64])]) -> Vec<(String, i64)> {
 fn refused_calls() -> Vec<(&'static str, i64, &'static [i64])> {
     use libc::*;
     // CLONE_THREAD without CLONE_SIGHAND: the kernel would answer EINVAL, never fork.
-    let clone = |flag: i64| -> &'static [i64] {
-        Box::leak(vec![flag | 0x10000, 0, 0, 0, 0].into_boxed_slice())
-    };
+    let clone = |flag: i64| -> &'static [i64] { Box::leak(vec![flag | 0x10000, 0, 0, 0, 0].into_boxed_slice()) };
     vec![
         ("unshare", SYS_unshare, &[0]),
         ("setns", SYS_setns, &[-1, 0]),
@@ -181,11 +124,7 @@ fn refused_calls() -> Vec<(&'static str, i64, &'static [i64])> {
         ("quotactl", SYS_quotactl, &[0, 0, 0, 0]),
         ("quotactl_fd", SYS_quotactl_fd, &[-1, 0, 0, 0]),
         ("personality_no_aslr", SYS_personality, &[0x0040000]),
-        (
-            "personality_read_implies_exec",
-            SYS_personality,
-            &[0x0400000],
-        ),
+        ("personality_read_implies_exec", SYS_personality, &[0x0400000]),
     ]
 }
 
@@ -197,11 +136,7 @@ fn every_listed_call_is_refused_with_eperm() {
     let calls = refused_calls();
     let got = probe(true, &calls);
     let names: Vec<&str> = calls.iter().map(|c| c.0).collect();
-    assert_eq!(
-        got.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(),
-        names,
-        "the probe answered every call"
-    );
+    assert_eq!(got.iter().map(|g| g.0.as_str()).collect::<Vec<_>>(), names, "the probe answered every call");
     let wrong: Vec<_> = got.iter().filter(|(_, e)| *e != EPERM).collect();
     assert!(wrong.is_empty(), "not refused with EPERM: {wrong:?}");
 }
@@ -217,26 +152,13 @@ fn clone3_gets_enosys_and_allowed_variants_pass() {
         ("clone_plain", libc::SYS_clone, &[0x10000, 0, 0, 0, 0]),
         ("personality_query", libc::SYS_personality, &[0xffff_ffff]),
         ("personality_linux", libc::SYS_personality, &[0]),
-        (
-            "name_to_handle_at",
-            libc::SYS_name_to_handle_at,
-            &[-1, 0, 0, 0, 0],
-        ),
+        ("name_to_handle_at", libc::SYS_name_to_handle_at, &[-1, 0, 0, 0, 0]),
     ];
     let got = probe(true, &calls);
     assert_eq!(got[0], ("clone3".into(), libc::ENOSYS as i64));
     assert_eq!(got[1], ("clone_plain".into(), libc::EINVAL as i64));
-    assert_eq!(
-        &got[2..4],
-        &[
-            ("personality_query".into(), 0),
-            ("personality_linux".into(), 0)
-        ]
-    );
-    assert_ne!(
-        got[4].1, EPERM,
-        "name_to_handle_at stays allowed, as under Docker"
-    );
+    assert_eq!(&got[2..4], &[("personality_query".into(), 0), ("personality_linux".into(), 0)]);
+    assert_ne!(got[4].1, EPERM, "name_to_handle_at stays allowed, as under Docker");
 }
 
 #[test]
@@ -244,16 +166,10 @@ fn the_probe_sees_calls_succeed_without_the_filter() {
     if !bwrap_works() {
         return;
     }
-    let calls: [(&str, i64, &[i64]); 3] = [
-        ("keyctl", libc::SYS_keyctl, &[0, -3, 0]),
-        ("io_uring_setup", libc::SYS_io_uring_setup, &[1, 0]),
-        ("unshare", libc::SYS_unshare, &[0]),
-    ];
+    let calls: [(&str, i64, &[i64]); 3] =
+        [("keyctl", libc::SYS_keyctl, &[0, -3, 0]), ("io_uring_setup", libc::SYS_io_uring_setup, &[1, 0]), ("unshare", libc::SYS_unshare, &[0])];
     let got = probe(false, &calls);
-    assert!(
-        got.iter().all(|(_, e)| *e != EPERM),
-        "without the filter these calls are not refused: {got:?}"
-    );
+    assert!(got.iter().all(|(_, e)| *e != EPERM), "without the filter these calls are not refused: {got:?}");
     assert!(probe(true, &calls).iter().all(|(_, e)| *e == EPERM));
 }
 
@@ -273,19 +189,9 @@ for name, req, arg in [("tiocsti", 0x5412, b"x"), ("tiocsti_high_bits", 0x1_0000
 
 fn tty_probe(filtered: bool) -> Vec<(String, i64)> {
     let out = sandboxed(filtered, &["/usr/bin/python3", "-c", TTY_PROBE]);
-    assert!(
-        out.status.success(),
-        "tty probe failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "tty probe failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .map(|l| {
-            l.split_once(' ')
-                .map(|(n, e)| (n.to_string(), e.parse().unwrap()))
-                .unwrap()
-        })
-        .collect()
+    text.lines().map(|l| l.split_once(' ').map(|(n, e)| (n.to_string(), e.parse().unwrap())).unwrap()).collect()
 }
 
 #[test]
@@ -294,22 +200,12 @@ fn terminal_injection_is_refused() {
         return;
     }
     let got = tty_probe(true);
-    assert_eq!(
-        got.iter().map(|g| g.1).collect::<Vec<_>>(),
-        [EPERM; 3],
-        "{got:?}"
-    );
+    assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), [EPERM; 3], "{got:?}");
     // Without the filter TIOCSTI works on our own controlling terminal (when the kernel still
     // allows it at all: dev.tty.legacy_tiocsti=0 makes it EIO), so EPERM above is the filter.
-    let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")
-        .map(|s| s.trim() == "1")
-        .unwrap_or(false);
+    let legacy = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").map(|s| s.trim() == "1").unwrap_or(false);
     let unfiltered = tty_probe(false);
-    assert_eq!(
-        unfiltered[0].1,
-        if legacy { 0 } else { libc::EIO as i64 },
-        "{unfiltered:?}"
-    );
+    assert_eq!(unfiltered[0].1, if legacy { 0 } else { libc::EIO as i64 }, "{unfiltered:?}");
 }
 
 #[test]
@@ -317,43 +213,15 @@ fn ordinary_programs_still_work() {
     if !bwrap_works() {
         return;
     }
-    let out = sandboxed(
-        true,
-        &[
-            "/usr/bin/python3",
-            "-c",
-            "import subprocess; print(1); subprocess.run(['true'], check=True)",
-        ],
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "1\n",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = sandboxed(
-        true,
-        &[
-            "/usr/bin/busybox",
-            "sh",
-            "-c",
-            "ls / | grep -c usr; cat /proc/self/status | grep ^Seccomp:",
-        ],
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "1\nSeccomp:\t2\n",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = sandboxed(true, &["/usr/bin/python3", "-c", "import subprocess; print(1); subprocess.run(['true'], check=True)"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\n", "{}", String::from_utf8_lossy(&out.stderr));
+    let out = sandboxed(true, &["/usr/bin/busybox", "sh", "-c", "ls / | grep -c usr; cat /proc/self/status | grep ^Seccomp:"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "1\nSeccomp:\t2\n", "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Runs `code` (Python) that should be killed by the filter before it prints "alive".
 fn assert_killed(code: &str) {
-    let out = sandboxed(
-        true,
-        &["/usr/bin/python3", "-c", &format!("{code}\nprint('alive')")],
-    );
+    let out = sandboxed(true, &["/usr/bin/python3", "-c", &format!("{code}\nprint('alive')")]);
     assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
 }
 

@@ -89,7 +89,11 @@ fn precedence_tool_rules_then_rule_then_default_then_tool_approval() {
     // Nothing set anywhere: ask.
     assert!(matches!(ShellPolicy::default().decide("ls", sb), ShellDecision::Allowed { approval_required: true, .. }));
     // shell_default.allowed: false refuses unmatched commands and lists what is allowed.
-    let strict = ShellPolicy { tool: Rule::default(), rules: vec![rule("git status", &[], false, true)], default: Rule { allowed: Some(false), approval_required: None } };
+    let strict = ShellPolicy {
+        tool: Rule::default(),
+        rules: vec![rule("git status", &[], false, true)],
+        default: Rule { allowed: Some(false), approval_required: None },
+    };
     assert!(refused(&strict.decide("curl x", sb)).contains("git status"));
 }
 

@@ -272,10 +272,7 @@ fn locate_uncached() -> Result<Located, Unavailable> {
             }
             p
         }
-        _ => find_on_path().ok_or_else(|| Unavailable {
-            reason: format!("no bwrap binary at {DEFAULT_BWRAP} or on PATH"),
-            fix: INSTALL_FIX.into(),
-        })?,
+        _ => find_on_path().ok_or_else(|| Unavailable { reason: format!("no bwrap binary at {DEFAULT_BWRAP} or on PATH"), fix: INSTALL_FIX.into() })?,
     };
     let path = std::fs::canonicalize(&path).unwrap_or(path);
     let features = detect_features(&path).map_err(|e| Unavailable { reason: format!("cannot run {}: {e}", path.display()), fix: INSTALL_FIX.into() })?;
@@ -358,18 +355,15 @@ fn probe_uncached() -> Result<PathBuf, Unavailable> {
         BackendError::Unavailable { reason, fix, .. } => Unavailable { reason, fix },
         BackendError::Failed(m) => Unavailable { reason: m, fix: INSTALL_FIX.into() },
     })?;
-    let out = probe_command(located).stdin(Stdio::null()).output().map_err(|e| Unavailable {
-        reason: format!("cannot run {}: {e}", located.path.display()),
-        fix: INSTALL_FIX.into(),
-    })?;
+    let out = probe_command(located)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| Unavailable { reason: format!("cannot run {}: {e}", located.path.display()), fix: INSTALL_FIX.into() })?;
     if out.status.success() {
         return Ok(located.path.clone());
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
-    Err(Unavailable {
-        reason: format!("{} cannot create a sandbox here: {}", located.path.display(), stderr.trim()),
-        fix: userns_fix(),
-    })
+    Err(Unavailable { reason: format!("{} cannot create a sandbox here: {}", located.path.display(), stderr.trim()), fix: userns_fix() })
 }
 
 /// The throwaway sandbox of [`probe`]: the same namespace and privilege options as a real
@@ -425,7 +419,11 @@ pub fn run(plan: &LaunchPlan, service: Option<&dyn super::OnDemand>) -> Result<i
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (plan, service);
-        Err(BackendError::Unavailable { backend: "bwrap", reason: "bubblewrap runs only on Linux".into(), fix: "On macOS use the docker or seatbelt backend.".into() })
+        Err(BackendError::Unavailable {
+            backend: "bwrap",
+            reason: "bubblewrap runs only on Linux".into(),
+            fix: "On macOS use the docker or seatbelt backend.".into(),
+        })
     }
 }
 
@@ -517,7 +515,8 @@ mod runner {
                 )))
             })?;
         }
-        let (cgroup, support) = RunCgroup::create(&plan.run_id, &plan.limits, &Support::located()).map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
+        let (cgroup, support) = RunCgroup::create(&plan.run_id, &plan.limits, &Support::located())
+            .map_err(|e| BackendError::Failed(format!("cannot enforce the run's limits: {e}")))?;
         for w in unenforced_limits_with(plan, &support) {
             tracing::debug!("bwrap does not enforce: {w}");
         }
@@ -646,14 +645,16 @@ mod runner {
 
         // bwrap reports the sandbox's init pid and, when the command ran, its exit code on this
         // pipe; no exit code means bwrap itself failed (setup or exec).
-        let (status_r, status_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
+        let (status_r, status_w) =
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
         let (mut argv, held) = argv_and_fds(plan, located)?;
         let fd_arg = status_w.as_raw_fd().to_string();
         argv.splice(1..1, [OsString::from("--json-status-fd"), OsString::from(fd_arg)]);
 
         let block = match &cgroup {
             Some(cg) if cg.needs_attach() => {
-                let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
+                let (r, w) =
+                    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| BackendError::Failed(format!("cannot create a pipe: {e}")))?;
                 argv.splice(1..1, [OsString::from("--block-fd"), OsString::from(r.as_raw_fd().to_string())]);
                 Some((r, w))
             }
@@ -1137,7 +1138,11 @@ pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> 
     #[cfg(not(target_os = "linux"))]
     {
         let _ = plan;
-        Err(BackendError::Unavailable { backend: "bwrap", reason: "bubblewrap runs only on Linux".into(), fix: "On macOS use the docker or seatbelt backend.".into() })
+        Err(BackendError::Unavailable {
+            backend: "bwrap",
+            reason: "bubblewrap runs only on Linux".into(),
+            fix: "On macOS use the docker or seatbelt backend.".into(),
+        })
     }
 }
 

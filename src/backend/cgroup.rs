@@ -378,7 +378,8 @@ impl RunCgroup {
     /// RCU grace period. Fails, without calling `spawn`, when the thread cannot move in.
     pub fn spawn_inside<T>(&self, spawn: impl FnOnce() -> T) -> Result<T, String> {
         let v1: Vec<&Dir> = self.unique_dirs().into_iter().filter(|d| !d.v2).collect();
-        let move_thread = |to: &Path| std::fs::write(to.join("tasks"), "0").map_err(|e| format!("cannot move workcell's thread into the cgroup {}: {e}", to.display()));
+        let move_thread =
+            |to: &Path| std::fs::write(to.join("tasks"), "0").map_err(|e| format!("cannot move workcell's thread into the cgroup {}: {e}", to.display()));
         let mut entered = 0;
         let mut result = Ok(());
         for d in &v1 {
@@ -416,7 +417,8 @@ impl RunCgroup {
     /// there. (The v1 directories are entered at spawn time, see [`RunCgroup::spawn_inside`].)
     pub fn attach(&self, pid: i32) -> Result<(), String> {
         for d in self.unique_dirs().into_iter().filter(|d| d.v2) {
-            std::fs::write(d.path.join("cgroup.procs"), pid.to_string()).map_err(|e| format!("cannot move process {pid} into the cgroup {}: {e}", d.path.display()))?;
+            std::fs::write(d.path.join("cgroup.procs"), pid.to_string())
+                .map_err(|e| format!("cannot move process {pid} into the cgroup {}: {e}", d.path.display()))?;
         }
         Ok(())
     }
@@ -465,7 +467,8 @@ impl Drop for RunCgroup {
 /// has an empty cgroup for a moment. Returns the removed directories.
 pub fn remove_leftovers() -> Vec<PathBuf> {
     let support = Support::detect();
-    let mut parents: Vec<&Path> = [&support.memory, &support.pids, &support.cpu].into_iter().filter_map(|p| p.as_ref().ok()).map(|p| p.parent.as_path()).collect();
+    let mut parents: Vec<&Path> =
+        [&support.memory, &support.pids, &support.cpu].into_iter().filter_map(|p| p.as_ref().ok()).map(|p| p.parent.as_path()).collect();
     parents.dedup();
     let mut removed = Vec::new();
     for parent in parents {

@@ -52,8 +52,5 @@ fn host_env(plan: &LaunchPlan) -> std::collections::BTreeMap<String, String> {
     let point = crate::plan::BROKER_MOUNT_POINT;
     let Some(m) = plan.mounts.iter().find(|m| m.target == point) else { return plan.env.clone() };
     let host = m.source.to_string_lossy();
-    plan.env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.strip_prefix(point).map(|rest| format!("{host}{rest}")).unwrap_or_else(|| v.clone())))
-        .collect()
+    plan.env.iter().map(|(k, v)| (k.clone(), v.strip_prefix(point).map(|rest| format!("{host}{rest}")).unwrap_or_else(|| v.clone()))).collect()
 }

@@ -21,10 +21,7 @@ pub enum SeccompError {
     Compile(#[source] Arc<seccompiler::BackendError>),
     /// The memfd that carries the filter to bwrap could not be created or written.
     #[error("cannot hand the seccomp filter to bwrap ({what}): {source}")]
-    Fd {
-        what: &'static str,
-        source: rustix::io::Errno,
-    },
+    Fd { what: &'static str, source: rustix::io::Errno },
 }
 
 /// The filter program; syscall numbers come from `libc` for the target architecture.
@@ -33,10 +30,7 @@ mod program {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use seccompiler::{
-        BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
-        SeccompFilter, SeccompRule,
-    };
+    use seccompiler::{BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition, SeccompFilter, SeccompRule};
 
     use super::SeccompError;
 
@@ -44,15 +38,7 @@ mod program {
     /// NEWUSER, NEWPID, NEWNET (Docker's mask 0x7E020000). CLONE_NEWTIME (0x80) shares its bit
     /// with the exit signal in `clone`, so it only exists for `clone3` and `unshare`, both
     /// refused whole.
-    const CLONE_NEW_FLAGS: [u64; 7] = [
-        0x0002_0000,
-        0x0200_0000,
-        0x0400_0000,
-        0x0800_0000,
-        0x1000_0000,
-        0x2000_0000,
-        0x4000_0000,
-    ];
+    const CLONE_NEW_FLAGS: [u64; 7] = [0x0002_0000, 0x0200_0000, 0x0400_0000, 0x0800_0000, 0x1000_0000, 0x2000_0000, 0x4000_0000];
 
     /// `personality` values Docker allows: PER_LINUX, UNAME26, PER_LINUX32, PER_LINUX32|UNAME26
     /// and 0xffffffff (query). Any other (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ...) would weaken
@@ -130,32 +116,15 @@ mod program {
 
     /// The seccompiler part: default allow, the calls above (and the conditional ones) EPERM.
     fn body(arch: seccompiler::TargetArch) -> Result<BpfProgram, SeccompError> {
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-            refused().into_iter().map(|nr| (nr, Vec::new())).collect();
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = refused().into_iter().map(|nr| (nr, Vec::new())).collect();
         // Rules of one call are alternatives; conditions of one rule must all hold.
-        let clone = CLONE_NEW_FLAGS
-            .iter()
-            .map(|&f| SeccompRule::new(vec![arg32(0, Op::MaskedEq(f), f)?]).map_err(compile));
+        let clone = CLONE_NEW_FLAGS.iter().map(|&f| SeccompRule::new(vec![arg32(0, Op::MaskedEq(f), f)?]).map_err(compile));
         rules.insert(libc::SYS_clone, clone.collect::<Result<_, _>>()?);
-        let ioctl = TTY_INJECT
-            .iter()
-            .map(|&req| SeccompRule::new(vec![arg32(1, Op::Eq, req)?]).map_err(compile));
+        let ioctl = TTY_INJECT.iter().map(|&req| SeccompRule::new(vec![arg32(1, Op::Eq, req)?]).map_err(compile));
         rules.insert(libc::SYS_ioctl, ioctl.collect::<Result<_, _>>()?);
-        let persona = PERSONALITY_ALLOWED
-            .iter()
-            .map(|&p| arg32(0, Op::Ne, p))
-            .collect::<Result<_, _>>()?;
-        rules.insert(
-            libc::SYS_personality,
-            vec![SeccompRule::new(persona).map_err(compile)?],
-        );
-        let filter = SeccompFilter::new(
-            rules,
-            SeccompAction::Allow,
-            SeccompAction::Errno(libc::EPERM as u32),
-            arch,
-        )
-        .map_err(compile)?;
+        let persona = PERSONALITY_ALLOWED.iter().map(|&p| arg32(0, Op::Ne, p)).collect::<Result<_, _>>()?;
+        rules.insert(libc::SYS_personality, vec![SeccompRule::new(persona).map_err(compile)?]);
+        let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch).map_err(compile)?;
         filter.try_into().map_err(compile)
     }
 
@@ -182,10 +151,7 @@ mod program {
         if x32 {
             p.extend([(JGE_K, 0, 1, 0x4000_0000), (RET_K, 0, 0, RET_KILL_PROCESS)]);
         }
-        p.extend([
-            (JEQ_K, 0, 1, libc::SYS_clone3 as u32),
-            (RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32),
-        ]);
+        p.extend([(JEQ_K, 0, 1, libc::SYS_clone3 as u32), (RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32)]);
         p
     }
 
@@ -224,11 +190,7 @@ mod program {
 /// from its descriptor. Built once per process.
 pub fn bwrap_filter() -> Result<&'static [u8], SeccompError> {
     static FILTER: OnceLock<Result<Vec<u8>, SeccompError>> = OnceLock::new();
-    FILTER
-        .get_or_init(program::build)
-        .as_ref()
-        .map(Vec::as_slice)
-        .map_err(Clone::clone)
+    FILTER.get_or_init(program::build).as_ref().map(Vec::as_slice).map_err(Clone::clone)
 }
 
 /// A sealed memfd holding [`bwrap_filter`], positioned at its start (bwrap reads it with
@@ -238,11 +200,7 @@ pub fn filter_fd() -> Result<OwnedFd, SeccompError> {
     use rustix::fs::{fcntl_add_seals, memfd_create, seek, MemfdFlags, SealFlags, SeekFrom};
     let bytes = bwrap_filter()?;
     let err = |what| move |source| SeccompError::Fd { what, source };
-    let fd = memfd_create(
-        "workcell-seccomp",
-        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-    )
-    .map_err(err("memfd_create"))?;
+    let fd = memfd_create("workcell-seccomp", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).map_err(err("memfd_create"))?;
     let mut rest = bytes;
     while !rest.is_empty() {
         let n = rustix::io::write(&fd, rest).map_err(err("write"))?;
@@ -270,8 +228,7 @@ mod tests {
     #[test]
     fn fd_reads_back_the_filter_from_offset_zero() {
         let mut buf = Vec::new();
-        std::io::Read::read_to_end(&mut std::fs::File::from(filter_fd().expect("fd")), &mut buf)
-            .unwrap();
+        std::io::Read::read_to_end(&mut std::fs::File::from(filter_fd().expect("fd")), &mut buf).unwrap();
         assert_eq!(buf, bwrap_filter().unwrap());
     }
 }

@@ -50,7 +50,10 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         for m in &plan.mounts {
             println!("  {} <- {} ({})", m.target, m.source.display(), if m.read_only { "ro" } else { "rw" });
         }
-        println!("limits:   timeout {:?}, memory {:?} bytes, cpus {:?}, pids {:?}", plan.limits.timeout, plan.limits.memory_bytes, plan.limits.cpus, plan.limits.pids);
+        println!(
+            "limits:   timeout {:?}, memory {:?} bytes, cpus {:?}, pids {:?}",
+            plan.limits.timeout, plan.limits.memory_bytes, plan.limits.cpus, plan.limits.pids
+        );
         print_docker(&docker);
     }
     Ok(0)

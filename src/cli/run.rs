@@ -10,10 +10,10 @@ use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::backend::{self, Selected};
 use crate::config::{find_config, parse_bytes, parse_duration, BackendChoice, Limits, Project};
 use crate::plan::{LaunchPlan, Overrides};
+use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
 use crate::tools::broker::Broker;
 use crate::tools::runner::BackendRunner;
 use crate::tools::service::Caller;
-use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -80,8 +80,7 @@ pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, String> {
     if name.is_empty() || name.contains('/') {
         return Err(format!("invalid --zone '{spec}': the zone name must be one path component"));
     }
-    let host_path = std::fs::canonicalize(cwd.join(host))
-        .map_err(|e| format!("invalid --zone '{spec}': host directory '{host}' cannot be used: {e}"))?;
+    let host_path = std::fs::canonicalize(cwd.join(host)).map_err(|e| format!("invalid --zone '{spec}': host directory '{host}' cannot be used: {e}"))?;
     if !host_path.is_dir() {
         return Err(format!("invalid --zone '{spec}': '{host}' is not a directory"));
     }
@@ -123,9 +122,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
                 }
             }
         }
-        let adhoc = Sandbox::new(mounts, Addressing::Zones, project.sandbox.network())
-            .map_err(|e| CliError::Usage(e.to_string()))?
-            .protected_like(&project.sandbox);
+        let adhoc =
+            Sandbox::new(mounts, Addressing::Zones, project.sandbox.network()).map_err(|e| CliError::Usage(e.to_string()))?.protected_like(&project.sandbox);
         match worker {
             Some(w) => w.decl.apply(&adhoc).map_err(|e| CliError::Usage(format!("worker '{}' cannot run with these zones: {e}", w.name)))?,
             None => adhoc,
@@ -181,8 +179,11 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     }
     let audit = service.audit();
     audit
-        .record("run_start", serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network, "broker": broker.is_some(),
-            "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}))
+        .record(
+            "run_start",
+            serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network, "broker": broker.is_some(),
+            "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}),
+        )
         .map_err(|e| CliError::Failed(format!("cannot write the audit log: {e}")))?;
     let result = backend::run(selected, &plan, broker.as_ref().map(|b| b as &dyn backend::OnDemand));
     if let Err(e) = audit.record("run_end", serde_json::json!({"exit_code": result.as_ref().ok(), "error": result.as_ref().err().map(|e| e.to_string())})) {

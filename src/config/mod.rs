@@ -129,16 +129,10 @@ pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, String> {
 }
 
 pub(crate) fn limits_from(raw: &RawLimits, diag: &Diag) -> Result<Limits, ConfigError> {
-    let timeout = raw
-        .timeout
-        .as_ref()
-        .map(|t| parse_duration(&t.value).map_err(|m| diag.spanned(t, format!("invalid timeout '{}': {m}", t.value))))
-        .transpose()?;
-    let memory_bytes = raw
-        .memory
-        .as_ref()
-        .map(|t| parse_bytes(&t.value).map_err(|m| diag.spanned(t, format!("invalid memory '{}': {m}", t.value))))
-        .transpose()?;
+    let timeout =
+        raw.timeout.as_ref().map(|t| parse_duration(&t.value).map_err(|m| diag.spanned(t, format!("invalid timeout '{}': {m}", t.value)))).transpose()?;
+    let memory_bytes =
+        raw.memory.as_ref().map(|t| parse_bytes(&t.value).map_err(|m| diag.spanned(t, format!("invalid memory '{}': {m}", t.value)))).transpose()?;
     if let Some(c) = &raw.cpus {
         if !(c.value > 0.0 && c.value.is_finite()) {
             return Err(diag.spanned(c, format!("invalid cpus {}: must be a positive number such as 0.5 or 2", c.value)));
@@ -265,10 +259,7 @@ impl Project {
             // Point at the second form in the file: the first one is the one to keep.
             forms.sort_by_key(|(_, loc)| (loc.line(), loc.column()));
             let names: Vec<&str> = forms.iter().map(|(n, _)| *n).collect();
-            return Err(diag.at(
-                forms[1].1,
-                format!("sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts", names.join(" and ")),
-            ));
+            return Err(diag.at(forms[1].1, format!("sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts", names.join(" and "))));
         }
 
         let mut builder = MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new() };
@@ -294,19 +285,46 @@ impl Project {
                     write: if p.write_approval.unwrap_or(true) { Approval::Ask } else { Approval::PreApproved },
                     delete: if p.write_approval.unwrap_or(true) { Approval::Ask } else { Approval::PreApproved },
                 };
-                builder.add(name, (p.root.value.clone(), p.root.referenced), None, p.mode.unwrap_or(ZoneMode::Ro), p.suffixes.as_deref(), p.max_file_bytes, a, Delivery::Bind)?;
+                builder.add(
+                    name,
+                    (p.root.value.clone(), p.root.referenced),
+                    None,
+                    p.mode.unwrap_or(ZoneMode::Ro),
+                    p.suffixes.as_deref(),
+                    p.max_file_bytes,
+                    a,
+                    Delivery::Bind,
+                )?;
             }
         } else if let Some(Spanned { value: RootField::Form(r), referenced, .. }) = &rs.root {
             addressing = Addressing::Root;
             let mode = if r.readonly.unwrap_or(false) { ZoneMode::Ro } else { ZoneMode::Rw };
             let name = Spanned::new("/".to_string(), *referenced, *referenced);
-            builder.add(&name, (r.root.value.clone(), r.root.referenced), Some(("/".into(), *referenced)), mode, r.suffixes.as_deref(), r.max_file_bytes, approvals(r.approval.as_ref()), Delivery::Bind)?;
+            builder.add(
+                &name,
+                (r.root.value.clone(), r.root.referenced),
+                Some(("/".into(), *referenced)),
+                mode,
+                r.suffixes.as_deref(),
+                r.max_file_bytes,
+                approvals(r.approval.as_ref()),
+                Delivery::Bind,
+            )?;
         } else if let Some(mounts) = &rs.mounts {
             for m in &mounts.value {
                 let point = m.at.value.clone();
                 check_mount_point(&point).map_err(|msg| diag.spanned(&m.at, msg))?;
                 let name = Spanned::new(point.trim_start_matches('/').to_string(), m.at.referenced, m.at.defined);
-                builder.add(&name, (m.host.value.clone(), m.host.referenced), Some((point, m.at.referenced)), m.mode.unwrap_or(ZoneMode::Ro), m.suffixes.as_deref(), m.max_file_bytes, approvals(m.approval.as_ref()), m.delivery.unwrap_or_default())?;
+                builder.add(
+                    &name,
+                    (m.host.value.clone(), m.host.referenced),
+                    Some((point, m.at.referenced)),
+                    m.mode.unwrap_or(ZoneMode::Ro),
+                    m.suffixes.as_deref(),
+                    m.max_file_bytes,
+                    approvals(m.approval.as_ref()),
+                    m.delivery.unwrap_or_default(),
+                )?;
             }
             if builder.mounts.iter().any(|m| m.mount_point == "/") {
                 if builder.mounts.len() > 1 {
@@ -345,10 +363,14 @@ impl Project {
         // The config, worker files, audit log and build folders are out of the tool
         // service's reach in every sandbox of this project (`sandbox::protect`).
         let config_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
-        let builds: Vec<PathBuf> = project.workers.values().filter_map(|w| match &w.image {
-            Some(ImageRef::Build(d)) => Some(d.clone()),
-            _ => None,
-        }).collect();
+        let builds: Vec<PathBuf> = project
+            .workers
+            .values()
+            .filter_map(|w| match &w.image {
+                Some(ImageRef::Build(d)) => Some(d.clone()),
+                _ => None,
+            })
+            .collect();
         let build_refs: Vec<&Path> = builds.iter().map(PathBuf::as_path).collect();
         project.sandbox = project.sandbox.clone().protecting(&project.dir, &config_name, &build_refs);
         for w in project.workers.values_mut() {
@@ -419,10 +441,7 @@ fn check_zone_name(name: &str) -> Result<(), String> {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
     if !ok {
-        return Err(format!(
-            "invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit",
-            name.escape_debug()
-        ));
+        return Err(format!("invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit", name.escape_debug()));
     }
     check_mount_point(&format!("/{name}"))
 }
@@ -476,7 +495,11 @@ impl MountBuilder<'_> {
             p
         } else {
             let p = Path::new(&host);
-            if p.is_absolute() { p.to_path_buf() } else { self.dir.join(p) }
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                self.dir.join(p)
+            }
         };
         let host_path = match std::fs::canonicalize(&host_path) {
             Ok(p) if p.is_dir() => p,
@@ -484,7 +507,10 @@ impl MountBuilder<'_> {
             Err(_) => {
                 return Err(diag.at(
                     host_loc,
-                    format!("host directory '{}' does not exist; create it, or use `sandbox.mode: sandboxed` to have zones created under .sandbox/", host_path.display()),
+                    format!(
+                        "host directory '{}' does not exist; create it, or use `sandbox.mode: sandboxed` to have zones created under .sandbox/",
+                        host_path.display()
+                    ),
                 ))
             }
         };
@@ -494,7 +520,9 @@ impl MountBuilder<'_> {
                     host_loc,
                     format!(
                         "host directory of '{}' overlaps the one of '{}' (line {}); mounts must not share or nest host directories",
-                        mount_point, other.mount_point, loc.line()
+                        mount_point,
+                        other.mount_point,
+                        loc.line()
                     ),
                 ));
             }
@@ -502,16 +530,7 @@ impl MountBuilder<'_> {
         let mut seen = HashSet::new();
         let suffixes = suffixes.map(|s| s.iter().map(|x| normalise_suffix(x)).filter(|x| seen.insert(x.clone())).collect());
         self.spans.push(host_loc);
-        self.mounts.push(Mount {
-            name: name.value.clone(),
-            host_path,
-            mount_point,
-            mode,
-            suffixes,
-            max_file_bytes,
-            approval,
-            delivery,
-        });
+        self.mounts.push(Mount { name: name.value.clone(), host_path, mount_point, mode, suffixes, max_file_bytes, approval, delivery });
         Ok(())
     }
 

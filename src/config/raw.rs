@@ -178,9 +178,7 @@ pub enum RawNetwork {
 #[allow(dead_code)]
 enum NetworkSchema {
     Enabled(bool),
-    Allow {
-        allow: Vec<String>,
-    },
+    Allow { allow: Vec<String> },
 }
 
 impl<'de> Deserialize<'de> for RawNetwork {

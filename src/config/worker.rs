@@ -104,8 +104,7 @@ pub(super) fn load_all(project: &Project) -> Result<BTreeMap<String, Worker>, Co
     let dir = project.dir.join("workers");
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(out) };
-    let mut files: Vec<PathBuf> =
-        entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "worker")).collect();
+    let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "worker")).collect();
     files.sort();
     for f in files {
         let w = load(&f, project)?;

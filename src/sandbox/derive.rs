@@ -29,12 +29,7 @@ pub struct ZoneRequest {
 
 impl Sandbox {
     fn escalation(&self, requested: String, reason: String) -> SandboxError {
-        SandboxError::Escalation {
-            requested,
-            reason,
-            parent_readable: PathList(self.readable_roots()),
-            parent_writable: PathList(self.writable_roots()),
-        }
+        SandboxError::Escalation { requested, reason, parent_readable: PathList(self.readable_roots()), parent_writable: PathList(self.writable_roots()) }
     }
 
     /// Resolves an allowlist entry to an area key inside the parent: the entry must be
@@ -52,10 +47,7 @@ impl Sandbox {
             e => e,
         };
         if self.addressing() == Addressing::Root && !entry.starts_with('/') {
-            return Err(self.escalation(
-                format!("{what}='{shown}'"),
-                "in a root sandbox allowlist entries must be sandbox-absolute, like '/src'".into(),
-            ));
+            return Err(self.escalation(format!("{what}='{shown}'"), "in a root sandbox allowlist entries must be sandbox-absolute, like '/src'".into()));
         }
         if entry.replace('\\', "/").split('/').any(|c| c == "..") {
             return Err(self.escalation(format!("{what}='{shown}'"), "allowlist entries may not contain '..'".into()));
@@ -69,7 +61,8 @@ impl Sandbox {
             Err(e) => return Err(e),
         };
         let areas = if write { &self.writable } else { &self.readable };
-        let Some(area) = areas.iter().filter(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })).max_by_key(|a| a.key.prefix.len()) else {
+        let Some(area) = areas.iter().filter(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })).max_by_key(|a| a.key.prefix.len())
+        else {
             let reason = if write && self.readable.iter().any(|a| a.key.contains(&AreaKey { mount: vp.mount, prefix: vp.rel.clone() })) {
                 format!("'{shown}' is read-only in the parent sandbox")
             } else {
@@ -93,11 +86,7 @@ impl Sandbox {
         let dir = if rel.is_empty() {
             area.dir.clone()
         } else {
-            Arc::new(
-                area.dir
-                    .open_dir(super::io::rel_path(&rel))
-                    .map_err(|e| escape_as_escalation(self.io_error("derive", entry, &e)))?,
-            )
+            Arc::new(area.dir.open_dir(super::io::rel_path(&rel)).map_err(|e| escape_as_escalation(self.io_error("derive", entry, &e)))?)
         };
         let mut prefix = area.key.prefix.clone();
         prefix.extend(rel);
@@ -122,14 +111,8 @@ impl Sandbox {
             return Err(self.escalation("readonly=false".into(), "parent sandbox is readonly".into()));
         }
 
-        let read_grants = allow_read
-            .as_ref()
-            .map(|list| list.iter().map(|e| self.allow_entry(e, false)).collect::<Result<Vec<_>, _>>())
-            .transpose()?;
-        let write_grants = allow_write
-            .as_ref()
-            .map(|list| list.iter().map(|e| self.allow_entry(e, true)).collect::<Result<Vec<_>, _>>())
-            .transpose()?;
+        let read_grants = allow_read.as_ref().map(|list| list.iter().map(|e| self.allow_entry(e, false)).collect::<Result<Vec<_>, _>>()).transpose()?;
+        let write_grants = allow_write.as_ref().map(|list| list.iter().map(|e| self.allow_entry(e, true)).collect::<Result<Vec<_>, _>>()).transpose()?;
 
         let mut readable = match read_grants {
             Some(grants) => intersect(&self.readable, grants),
@@ -178,10 +161,8 @@ impl Sandbox {
             if req.mode == ZoneMode::Rw {
                 let w = in_zone(&self.writable);
                 if w.is_empty() {
-                    return Err(self.escalation(
-                        format!("zone '{}' (rw)", req.name),
-                        format!("child requests 'rw' on zone '{}' but the parent only has 'ro'", req.name),
-                    ));
+                    return Err(self
+                        .escalation(format!("zone '{}' (rw)", req.name), format!("child requests 'rw' on zone '{}' but the parent only has 'ro'", req.name)));
                 }
                 writable.extend(w);
             }

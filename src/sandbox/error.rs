@@ -44,12 +44,7 @@ pub enum SandboxError {
 
     /// A derived sandbox asked for more than its parent has.
     #[error("Cannot create child sandbox with {requested}: {reason}. Child sandboxes may only restrict access.\nParent can read: {parent_readable}\nParent can write: {parent_writable}")]
-    Escalation {
-        requested: String,
-        reason: String,
-        parent_readable: PathList,
-        parent_writable: PathList,
-    },
+    Escalation { requested: String, reason: String, parent_readable: PathList, parent_writable: PathList },
 
     /// Nothing exists at the path.
     #[error("Cannot access '{path}': no such file or directory.{hint}")]

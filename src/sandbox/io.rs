@@ -7,8 +7,8 @@ use cap_std::fs::{Dir, OpenOptions};
 use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
 
-use super::path::VirtualPath;
 use super::error::show;
+use super::path::VirtualPath;
 use super::{Addressing, Area, PathList, Sandbox, SandboxError};
 
 /// Text read from a file, possibly a window of it.
@@ -83,7 +83,10 @@ impl Sandbox {
             };
         }
         if e.kind() == io::ErrorKind::NotFound {
-            return SandboxError::NotFound { path: show(shown), hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())) };
+            return SandboxError::NotFound {
+                path: show(shown),
+                hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())),
+            };
         }
         SandboxError::Io { op, path: show(shown), message: describe_io(e) }
     }
@@ -152,10 +155,8 @@ impl Sandbox {
         if bytes.contains(&0) {
             return Err(SandboxError::NotText { path: show(path), detail: "it contains NUL bytes, so it looks binary".into() });
         }
-        String::from_utf8(bytes).map_err(|e| SandboxError::NotText {
-            path: show(path),
-            detail: format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()),
-        })
+        String::from_utf8(bytes)
+            .map_err(|e| SandboxError::NotText { path: show(path), detail: format!("invalid UTF-8 at byte {}", e.utf8_error().valid_up_to()) })
     }
 
     /// The directory that will contain `vp` (created beneath the area if missing) and the
@@ -260,18 +261,8 @@ impl Sandbox {
         let area = self.readable_area(&vp, path)?;
         let meta = area.dir.metadata(rel_path(Self::inner(area, &vp))).map_err(|e| self.io_error("stat", path, &e))?;
         let kind = kind_of(meta.file_type());
-        let modified = meta
-            .modified()
-            .ok()
-            .and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs());
-        Ok(FileStat {
-            path: self.display(&vp),
-            kind,
-            size: meta.len(),
-            modified,
-            writable: self.writable_area(&vp, path).is_ok(),
-        })
+        let modified = meta.modified().ok().and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs());
+        Ok(FileStat { path: self.display(&vp), kind, size: meta.len(), modified, writable: self.writable_area(&vp, path).is_ok() })
     }
 
     /// Lists entries below `path` whose path relative to it matches `pattern` (a glob where
@@ -374,12 +365,7 @@ fn compile_pattern(pattern: &str) -> Result<GlobMatcher, SandboxError> {
     if pattern.split(['/', '\\']).any(|c| c == "..") {
         return Err(bad("it contains '..'"));
     }
-    GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
-        .map(|g| g.compile_matcher())
-        .map_err(|e| bad(&e.kind().to_string()))
+    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build().map(|g| g.compile_matcher()).map_err(|e| bad(&e.kind().to_string()))
 }
 
 /// Writes `bytes` to `name` in `dir` through a temporary file and a rename, so readers see

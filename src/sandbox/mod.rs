@@ -9,8 +9,8 @@
 //! (cap-std: `openat2(RESOLVE_BENEATH)` on Linux), never by checking a path and then
 //! opening it, so a symlink swapped in between cannot lead outside.
 
-mod derive;
 mod bytes;
+mod derive;
 mod error;
 mod expand;
 mod io;
@@ -26,9 +26,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use derive::{DeriveSpec, ZoneRequest};
-pub use expand::{open_for_expansion, OpenedDir};
 use error::show;
 pub use error::{PathList, SandboxError};
+pub use expand::{open_for_expansion, OpenedDir};
 pub use io::{FileKind, FileStat, ReadResult};
 pub use path::VirtualPath;
 
@@ -374,11 +374,7 @@ impl Sandbox {
 
     /// The deepest readable area containing `vp`.
     fn readable_area(&self, vp: &VirtualPath, shown: &str) -> Result<&Area, SandboxError> {
-        deepest(&self.readable, vp).ok_or_else(|| SandboxError::OutsideSandbox {
-            path: show(shown),
-            detail: String::new(),
-            readable: self.readable_list(),
-        })
+        deepest(&self.readable, vp).ok_or_else(|| SandboxError::OutsideSandbox { path: show(shown), detail: String::new(), readable: self.readable_list() })
     }
 
     /// The deepest writable area containing `vp`.
@@ -393,10 +389,7 @@ impl Sandbox {
 }
 
 fn deepest<'a>(areas: &'a [Area], vp: &VirtualPath) -> Option<&'a Area> {
-    areas
-        .iter()
-        .filter(|a| a.key.mount == vp.mount && vp.rel.starts_with(&a.key.prefix))
-        .max_by_key(|a| a.key.prefix.len())
+    areas.iter().filter(|a| a.key.mount == vp.mount && vp.rel.starts_with(&a.key.prefix)).max_by_key(|a| a.key.prefix.len())
 }
 
 /// Normalises a suffix from config (`PDF`, `.pdf`) to the lowercase dotted form.

@@ -34,16 +34,8 @@ impl Sandbox {
     /// Parses a sandbox path. Accepted forms: `/zone/rel`, `zone/rel`, `zone:rel` (zones
     /// addressing) and `/rel`, `rel` (root addressing). Backslashes count as `/`.
     pub fn parse(&self, path: &str) -> Result<VirtualPath, SandboxError> {
-        let invalid = |reason: &str| SandboxError::InvalidPath {
-            path: show(path),
-            reason: reason.to_string(),
-            readable: self.readable_list(),
-        };
-        let outside = |detail: &str| SandboxError::OutsideSandbox {
-            path: show(path),
-            detail: detail.to_string(),
-            readable: self.readable_list(),
-        };
+        let invalid = |reason: &str| SandboxError::InvalidPath { path: show(path), reason: reason.to_string(), readable: self.readable_list() };
+        let outside = |detail: &str| SandboxError::OutsideSandbox { path: show(path), detail: detail.to_string(), readable: self.readable_list() };
         if path.contains('\0') {
             return Err(invalid("it contains a NUL byte"));
         }
@@ -55,9 +47,7 @@ impl Sandbox {
         }
         let mounts = self.mounts();
         let zone_colon = match self.addressing() {
-            Addressing::Zones => path.split_once(':').filter(|(zone, _)| {
-                !zone.contains('/') && !zone.contains('\\') && mounts.iter().any(|m| m.name == *zone)
-            }),
+            Addressing::Zones => path.split_once(':').filter(|(zone, _)| !zone.contains('/') && !zone.contains('\\') && mounts.iter().any(|m| m.name == *zone)),
             Addressing::Root => None,
         };
         if zone_colon.is_none() && is_drive_letter(path) {
@@ -80,11 +70,7 @@ impl Sandbox {
                 }
                 if let Some(rest) = strip_under(&unified, &host) {
                     let rel: Vec<String> = rest.split('/').filter(|c| !c.is_empty() && *c != ".").map(str::to_string).collect();
-                    let hint = if rel.iter().any(|c| c == "..") {
-                        String::new()
-                    } else {
-                        format!(", here '{}'", self.display(&VirtualPath { mount: i, rel }))
-                    };
+                    let hint = if rel.iter().any(|c| c == "..") { String::new() } else { format!(", here '{}'", self.display(&VirtualPath { mount: i, rel })) };
                     return Err(SandboxError::InvalidPath {
                         path: "<host path>".into(),
                         reason: format!("it is a host path; address files by their sandbox path{hint}"),

@@ -84,7 +84,13 @@ impl Sandbox {
                 }
                 return Ok(());
             }
-            let parent = rustix::fs::openat(&cur, "..", rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).map_err(|_| refuse())?;
+            let parent = rustix::fs::openat(
+                &cur,
+                "..",
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .map_err(|_| refuse())?;
             if identity(&parent) == Some(id) {
                 // The file system's root: the directory is not in the project.
                 return Ok(());

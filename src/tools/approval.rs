@@ -168,7 +168,9 @@ impl Approver {
         }
         match self.mode {
             ApprovalMode::ApproveAll => Decision::Approved { by: "approve_all" },
-            ApprovalMode::Strict => Decision::Denied { reason: format!("denied: {} {} needs approval and --strict denies every approval", req.action.verb(), req.subject) },
+            ApprovalMode::Strict => {
+                Decision::Denied { reason: format!("denied: {} {} needs approval and --strict denies every approval", req.action.verb(), req.subject) }
+            }
             ApprovalMode::Interactive => {
                 let Some(p) = self.prompter.as_mut() else {
                     return Decision::Denied { reason: NO_TERMINAL.into() };

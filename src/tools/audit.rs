@@ -50,17 +50,8 @@ impl AuditLog {
     /// The log of the project in `project_dir`. The directory is opened now; if that fails,
     /// every [`record`](Self::record) reports why.
     pub fn new(project_dir: &Path, run_id: impl Into<String>) -> AuditLog {
-        let project = open_project_dir(project_dir).map_err(|e| {
-            format!(
-                "cannot open the project directory {}: {e}",
-                project_dir.display()
-            )
-        });
-        AuditLog {
-            path: audit_path(project_dir),
-            project: Arc::new(project),
-            run_id: run_id.into(),
-        }
+        let project = open_project_dir(project_dir).map_err(|e| format!("cannot open the project directory {}: {e}", project_dir.display()));
+        AuditLog { path: audit_path(project_dir), project: Arc::new(project), run_id: run_id.into() }
     }
 
     pub fn path(&self) -> &Path {
@@ -70,42 +61,22 @@ impl AuditLog {
     /// Appends one event. Failing to audit is reported to the caller: an operation that
     /// cannot be recorded should not proceed silently.
     pub fn record<T: Serialize>(&self, event: &str, data: T) -> std::io::Result<()> {
-        let ts = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as f64 / 1000.0)
-            .unwrap_or(0.0);
-        let mut line = serde_json::to_vec(&Line {
-            ts,
-            run_id: &self.run_id,
-            event,
-            data,
-        })
-        .map_err(std::io::Error::other)?;
+        let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as f64 / 1000.0).unwrap_or(0.0);
+        let mut line = serde_json::to_vec(&Line { ts, run_id: &self.run_id, event, data }).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let project = self
-            .project
-            .as_ref()
-            .as_ref()
-            .map_err(|e| std::io::Error::other(e.clone()))?;
+        let project = self.project.as_ref().as_ref().map_err(|e| std::io::Error::other(e.clone()))?;
         let mut f = open_log(project, &self.path, true)?;
         f.write_all(&line)
     }
 }
 
 fn open_project_dir(dir: &Path) -> rustix::io::Result<OwnedFd> {
-    rustix::fs::open(
-        dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    rustix::fs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
 }
 
 /// An error naming the log's path and why it was refused.
 fn refused(path: &Path, why: impl std::fmt::Display) -> std::io::Error {
-    std::io::Error::other(format!(
-        "refusing to use the audit log {}: {why}",
-        path.display()
-    ))
+    std::io::Error::other(format!("refusing to use the audit log {}: {why}", path.display()))
 }
 
 /// Opens `.workcell/audit.jsonl` beneath `project`: for appending (creating the directory
@@ -116,36 +87,15 @@ fn open_log(project: &OwnedFd, path: &Path, append: bool) -> std::io::Result<std
         Err(rustix::io::Errno::NOENT) if append => {
             match rustix::fs::mkdirat(project, DIR_NAME, Mode::from_raw_mode(0o777)) {
                 Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                Err(e) => {
-                    return Err(refused(
-                        path,
-                        format!("cannot create {}: {e}", dir_path.display()),
-                    ))
-                }
+                Err(e) => return Err(refused(path, format!("cannot create {}: {e}", dir_path.display()))),
             }
             open_dir_nofollow(project, path, dir_path)?
         }
         Err(e) => return Err(failed(path, dir_path, e)),
         Ok(st) => match FileType::from_raw_mode(st.st_mode) {
             FileType::Directory => open_dir_nofollow(project, path, dir_path)?,
-            FileType::Symlink => {
-                return Err(refused(
-                    path,
-                    format!(
-                        "{} is a symbolic link, which workcell does not follow",
-                        dir_path.display()
-                    ),
-                ))
-            }
-            other => {
-                return Err(refused(
-                    path,
-                    format!(
-                        "{} is not a directory (it is a {other:?})",
-                        dir_path.display()
-                    ),
-                ))
-            }
+            FileType::Symlink => return Err(refused(path, format!("{} is a symbolic link, which workcell does not follow", dir_path.display()))),
+            other => return Err(refused(path, format!("{} is not a directory (it is a {other:?})", dir_path.display()))),
         },
     };
     // Looked at before opening, so that a FIFO or device is never opened at all; checked
@@ -158,19 +108,10 @@ fn open_log(project: &OwnedFd, path: &Path, append: bool) -> std::io::Result<std
     // NONBLOCK: should something else appear there between the two looks, opening a FIFO
     // fails instead of waiting for a reader.
     let flags = OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let flags = if append {
-        flags | OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE
-    } else {
-        flags | OFlags::RDONLY
-    };
+    let flags = if append { flags | OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE } else { flags | OFlags::RDONLY };
     let fd = match rustix::fs::openat(&dir, FILE_NAME, flags, Mode::from_raw_mode(0o666)) {
         Ok(fd) => fd,
-        Err(rustix::io::Errno::LOOP) => {
-            return Err(refused(
-                path,
-                "it is a symbolic link, which workcell does not follow",
-            ))
-        }
+        Err(rustix::io::Errno::LOOP) => return Err(refused(path, "it is a symbolic link, which workcell does not follow")),
         Err(e) => return Err(failed(path, path, e)),
     };
     check_regular(path, &rustix::fs::fstat(&fd)?)?;
@@ -182,31 +123,12 @@ fn open_log(project: &OwnedFd, path: &Path, append: bool) -> std::io::Result<std
 /// An error of `what` (the log or its directory) that keeps the error's kind.
 fn failed(path: &Path, what: &Path, e: rustix::io::Errno) -> std::io::Error {
     let e = std::io::Error::from(e);
-    std::io::Error::new(
-        e.kind(),
-        format!(
-            "cannot use the audit log {}: {}: {e}",
-            path.display(),
-            what.display()
-        ),
-    )
+    std::io::Error::new(e.kind(), format!("cannot use the audit log {}: {}: {e}", path.display(), what.display()))
 }
 
 fn open_dir_nofollow(project: &OwnedFd, path: &Path, dir_path: &Path) -> std::io::Result<OwnedFd> {
-    rustix::fs::openat(
-        project.as_fd(),
-        DIR_NAME,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| match e {
-        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => refused(
-            path,
-            format!(
-                "{} is not a directory or is a symbolic link",
-                dir_path.display()
-            ),
-        ),
+    rustix::fs::openat(project.as_fd(), DIR_NAME, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => refused(path, format!("{} is not a directory or is a symbolic link", dir_path.display())),
         e => refused(path, format!("cannot open {}: {e}", dir_path.display())),
     })
 }
@@ -216,21 +138,9 @@ fn open_dir_nofollow(project: &OwnedFd, path: &Path, dir_path: &Path) -> std::io
 fn check_regular(path: &Path, st: &rustix::fs::Stat) -> std::io::Result<()> {
     match FileType::from_raw_mode(st.st_mode) {
         FileType::RegularFile if st.st_nlink <= 1 => Ok(()),
-        FileType::RegularFile => Err(refused(
-            path,
-            format!(
-                "it has {} hard links; the audit log must have only its own name",
-                st.st_nlink
-            ),
-        )),
-        FileType::Symlink => Err(refused(
-            path,
-            "it is a symbolic link, which workcell does not follow",
-        )),
-        other => Err(refused(
-            path,
-            format!("it is not a regular file (it is a {other:?})"),
-        )),
+        FileType::RegularFile => Err(refused(path, format!("it has {} hard links; the audit log must have only its own name", st.st_nlink))),
+        FileType::Symlink => Err(refused(path, "it is a symbolic link, which workcell does not follow")),
+        other => Err(refused(path, format!("it is not a regular file (it is a {other:?})"))),
     }
 }
 
@@ -246,10 +156,7 @@ pub fn read_all(project_dir: &Path) -> std::io::Result<Vec<serde_json::Value>> {
     };
     let mut text = String::new();
     std::io::Read::read_to_string(&mut file, &mut text)?;
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect())
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
 }
 
 #[cfg(test)]
@@ -286,35 +193,16 @@ mod tests {
         std::fs::create_dir_all(proj.join(".workcell")).unwrap();
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("audit.jsonl"), "host\n").unwrap();
-        std::os::unix::fs::symlink(
-            outside.join("audit.jsonl"),
-            proj.join(".workcell/audit.jsonl"),
-        )
-        .unwrap();
+        std::os::unix::fs::symlink(outside.join("audit.jsonl"), proj.join(".workcell/audit.jsonl")).unwrap();
         let log = log_in(&proj);
-        let e = log
-            .record("a", serde_json::json!({}))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("audit log") && e.contains("symbolic link"),
-            "{e}"
-        );
+        let e = log.record("a", serde_json::json!({})).unwrap_err().to_string();
+        assert!(e.contains("audit log") && e.contains("symbolic link"), "{e}");
         assert!(read_all(&proj).is_err());
         std::fs::remove_dir_all(proj.join(".workcell")).unwrap();
         std::os::unix::fs::symlink(&outside, proj.join(".workcell")).unwrap();
-        let e = log
-            .record("a", serde_json::json!({}))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(".workcell") && e.contains("symbolic link"),
-            "{e}"
-        );
-        assert_eq!(
-            std::fs::read_to_string(outside.join("audit.jsonl")).unwrap(),
-            "host\n"
-        );
+        let e = log.record("a", serde_json::json!({})).unwrap_err().to_string();
+        assert!(e.contains(".workcell") && e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(outside.join("audit.jsonl")).unwrap(), "host\n");
     }
 
     #[test]
@@ -322,27 +210,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join(".workcell")).unwrap();
         let log_path = tmp.path().join(".workcell/audit.jsonl");
-        assert!(std::process::Command::new("mkfifo")
-            .arg(&log_path)
-            .status()
-            .unwrap()
-            .success());
-        let e = log_in(tmp.path())
-            .record("a", serde_json::json!({}))
-            .unwrap_err()
-            .to_string();
+        assert!(std::process::Command::new("mkfifo").arg(&log_path).status().unwrap().success());
+        let e = log_in(tmp.path()).record("a", serde_json::json!({})).unwrap_err().to_string();
         assert!(e.contains("not a regular file"), "{e}");
         std::fs::remove_file(&log_path).unwrap();
         std::fs::write(tmp.path().join("other"), "other\n").unwrap();
         std::fs::hard_link(tmp.path().join("other"), &log_path).unwrap();
-        let e = log_in(tmp.path())
-            .record("a", serde_json::json!({}))
-            .unwrap_err()
-            .to_string();
+        let e = log_in(tmp.path()).record("a", serde_json::json!({})).unwrap_err().to_string();
         assert!(e.contains("hard links"), "{e}");
-        assert_eq!(
-            std::fs::read_to_string(tmp.path().join("other")).unwrap(),
-            "other\n"
-        );
+        assert_eq!(std::fs::read_to_string(tmp.path().join("other")).unwrap(), "other\n");
     }
 }

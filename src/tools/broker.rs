@@ -208,7 +208,8 @@ impl Broker {
     /// followed or replaced.
     pub fn stage(&self, rel: &str, bytes: &[u8]) -> Result<(), String> {
         use std::io::Write;
-        let dir = cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
+        let dir =
+            cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
         let mut opts = cap_std::fs::OpenOptions::new();
         opts.write(true).create_new(true);
         let mut f = dir.open_with(rel, &opts).map_err(|e| format!("cannot stage {rel}: {e}"))?;
@@ -217,7 +218,8 @@ impl Broker {
 
     /// Makes a new directory `name` in the broker directory (see [`Broker::stage`]).
     pub fn stage_dir(&self, name: &str) -> Result<(), String> {
-        let dir = cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
+        let dir =
+            cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
         dir.create_dir(name).map_err(|e| format!("cannot stage {name}: {e}"))
     }
 
@@ -242,7 +244,9 @@ impl Broker {
             rustix::fs::chown(p, None, Some(gid))?;
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
         };
-        share(self.dir.path(), 0o750).and_then(|()| share(&self.socket(), 0o660)).map_err(|e| format!("cannot give the worker access to the broker socket: {e}"))
+        share(self.dir.path(), 0o750)
+            .and_then(|()| share(&self.socket(), 0o660))
+            .map_err(|e| format!("cannot give the worker access to the broker socket: {e}"))
     }
 }
 

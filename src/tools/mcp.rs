@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
@@ -26,14 +28,26 @@ fn schema<T: JsonSchema>() -> Arc<serde_json::Map<String, Value>> {
 /// The tools with their descriptions and argument schemas.
 pub fn tools() -> Vec<Tool> {
     vec![
-        Tool::new("read_file", "Read a text file in the sandbox. Paths are sandbox paths such as /data/notes.md; list_files('/') shows the directories you can use.", schema::<ReadArgs>()),
+        Tool::new(
+            "read_file",
+            "Read a text file in the sandbox. Paths are sandbox paths such as /data/notes.md; list_files('/') shows the directories you can use.",
+            schema::<ReadArgs>(),
+        ),
         Tool::new("write_file", "Write a text file in the sandbox (atomically). Writes to some directories need a person's approval.", schema::<WriteArgs>()),
         Tool::new("edit_file", "Replace old_text, which must occur exactly once, with new_text.", schema::<EditArgs>()),
         Tool::new("delete_file", "Delete a file in the sandbox.", schema::<PathArgs>()),
         Tool::new("list_files", "List files below a sandbox directory matching a glob ('*' one level, '**' any depth).", schema::<ListArgs>()),
-        Tool::new("shell", "Run one command (no pipes, redirections or chains) inside the sandbox: it sees only the sandbox's directories and, unless allowed, no network.", schema::<ShellArgs>()),
+        Tool::new(
+            "shell",
+            "Run one command (no pipes, redirections or chains) inside the sandbox: it sees only the sandbox's directories and, unless allowed, no network.",
+            schema::<ShellArgs>(),
+        ),
         Tool::new("call_worker", "Call another worker with input text and attachments (sandbox paths it receives read-only).", schema::<CallWorkerArgs>()),
-        Tool::new("request_access", "Ask the person for session access to a host directory outside the sandbox (only when the project enables it).", schema::<AccessArgs>()),
+        Tool::new(
+            "request_access",
+            "Ask the person for session access to a host directory outside the sandbox (only when the project enables it).",
+            schema::<AccessArgs>(),
+        ),
     ]
 }
 

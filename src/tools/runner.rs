@@ -80,7 +80,15 @@ impl SandboxRunner for BackendRunner {
         backend::run_captured(selected, &plan).map(to_output).map_err(|e| e.to_string())
     }
 
-    fn run_worker(&self, worker: &Worker, sandbox: &Sandbox, input: &str, attachments: &[Attachment], _depth: usize, chain: &[String]) -> Result<ShellOutput, String> {
+    fn run_worker(
+        &self,
+        worker: &Worker,
+        sandbox: &Sandbox,
+        input: &str,
+        attachments: &[Attachment],
+        _depth: usize,
+        chain: &[String],
+    ) -> Result<ShellOutput, String> {
         let mut plan = LaunchPlan::build(&self.project, Some(worker), sandbox, &Overrides::default()).map_err(|e| e.to_string())?;
         let audit = AuditLog::new(&self.project.dir, &plan.run_id);
         let selected = self.select(&plan)?;

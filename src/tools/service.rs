@@ -68,7 +68,15 @@ pub trait SandboxRunner: Send + Sync {
     fn run(&self, sandbox: &Sandbox, args: &[String], timeout_secs: u64) -> Result<ShellOutput, String>;
     /// Runs a child worker with `sandbox`, its input and its attachments (host files copied
     /// into a private directory the child sees read-only); returns its output.
-    fn run_worker(&self, worker: &Worker, sandbox: &Sandbox, input: &str, attachments: &[Attachment], depth: usize, chain: &[String]) -> Result<ShellOutput, String>;
+    fn run_worker(
+        &self,
+        worker: &Worker,
+        sandbox: &Sandbox,
+        input: &str,
+        attachments: &[Attachment],
+        depth: usize,
+        chain: &[String],
+    ) -> Result<ShellOutput, String>;
 }
 
 /// A file handed to a child worker: its name and content, read beneath the caller's sandbox
@@ -180,8 +188,7 @@ impl std::fmt::Debug for ToolService {
 }
 
 /// Names of the tools, as both transports expose them.
-pub const TOOL_NAMES: &[&str] =
-    &["read_file", "write_file", "edit_file", "delete_file", "list_files", "shell", "call_worker", "request_access"];
+pub const TOOL_NAMES: &[&str] = &["read_file", "write_file", "edit_file", "delete_file", "list_files", "shell", "call_worker", "request_access"];
 
 fn args<T: for<'de> Deserialize<'de>>(tool: &str, v: Value) -> Result<T, ToolError> {
     serde_json::from_value(v).map_err(|e| ToolError::Refused(format!("invalid arguments for {tool}: {e}")))
@@ -190,23 +197,10 @@ fn args<T: for<'de> Deserialize<'de>>(tool: &str, v: Value) -> Result<T, ToolErr
 impl ToolService {
     pub fn new(project: Arc<Project>, caller: Caller, sandbox: Sandbox, approver: Approver, audit: AuditLog, runner: Arc<dyn SandboxRunner>) -> ToolService {
         let shell = match &caller.worker {
-            Some(w) => ShellPolicy {
-                tool: w.tool_rules.get("shell").copied().unwrap_or_default(),
-                rules: w.shell_rules.clone(),
-                default: w.shell_default,
-            },
+            Some(w) => ShellPolicy { tool: w.tool_rules.get("shell").copied().unwrap_or_default(), rules: w.shell_rules.clone(), default: w.shell_default },
             None => ShellPolicy::default(),
         };
-        ToolService {
-            project,
-            caller,
-            sandbox: RwLock::new(sandbox),
-            shell,
-            approver: Mutex::new(approver),
-            audit,
-            runner,
-            expansions: Mutex::new(Vec::new()),
-        }
+        ToolService { project, caller, sandbox: RwLock::new(sandbox), shell, approver: Mutex::new(approver), audit, runner, expansions: Mutex::new(Vec::new()) }
     }
 
     pub fn audit(&self) -> &AuditLog {
@@ -384,7 +378,8 @@ impl ToolService {
             let scope = rule.clone().unwrap_or_else(|| command.to_string());
             self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
         }
-        let mut out = self.runner.run(&sb, &args, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
+        let mut out =
+            self.runner.run(&sb, &args, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
         cap(&mut out.stdout);
         cap(&mut out.stderr);
         if out.timed_out {
@@ -404,10 +399,7 @@ impl ToolService {
         };
         if !allowed {
             let list = self.caller.worker.as_ref().map(|w| w.workers.join(", ")).unwrap_or_default();
-            return Err(ToolError::Refused(format!(
-                "this worker may not call '{name}'; it may call: {}",
-                if list.is_empty() { "no workers" } else { &list }
-            )));
+            return Err(ToolError::Refused(format!("this worker may not call '{name}'; it may call: {}", if list.is_empty() { "no workers" } else { &list })));
         }
         let child = self.project.worker(name).map_err(ToolError::Refused)?.clone();
         let mut chain = self.caller.chain.clone();
@@ -462,7 +454,11 @@ impl ToolService {
             let lower = a.to_lowercase();
             if let Some(allowed) = &policy.allowed_suffixes {
                 if !allowed.iter().any(|s| lower.ends_with(&crate::sandbox::normalise_suffix(s))) {
-                    return Err(ToolError::Refused(format!("worker '{}' accepts attachments with suffixes {} only; '{a}' is not one", child.name, allowed.join(", "))));
+                    return Err(ToolError::Refused(format!(
+                        "worker '{}' accepts attachments with suffixes {} only; '{a}' is not one",
+                        child.name,
+                        allowed.join(", ")
+                    )));
                 }
             }
             if let Some(denied) = &policy.denied_suffixes {
@@ -570,7 +566,14 @@ fn annotate(out: &mut ShellOutput, sb: &Sandbox) {
     if e.contains("permission denied") || e.contains("read-only file system") || e.contains("operation not permitted") {
         out.stderr.push_str(&format!("\n\nNote: this worker's writable paths are: {}", crate::sandbox::PathList(sb.writable_roots())));
     }
-    let net = ["network is unreachable", "could not resolve", "bad address", "temporary failure in name resolution", "connection refused", "name or service not known"];
+    let net = [
+        "network is unreachable",
+        "could not resolve",
+        "bad address",
+        "temporary failure in name resolution",
+        "connection refused",
+        "name or service not known",
+    ];
     if !sb.network() && net.iter().any(|n| e.contains(n)) {
         out.stderr.push_str("\n\nNote: network access is disabled for this worker.");
     }

@@ -78,10 +78,7 @@ fn path_like(arg: &str) -> bool {
 fn check_sandbox_paths(args: &[String], pattern_len: usize, allowed: &[String], sandbox: &Sandbox) -> Result<(), String> {
     let prefixes: Vec<_> = allowed.iter().filter_map(|p| sandbox.parse_for_compare(p).ok()).collect();
     for arg in args.iter().skip(pattern_len).filter(|a| path_like(a)) {
-        let inside = sandbox
-            .parse_for_compare(arg)
-            .ok()
-            .is_some_and(|vp| prefixes.iter().any(|p| p.mount == vp.mount && vp.rel.starts_with(&p.rel)));
+        let inside = sandbox.parse_for_compare(arg).ok().is_some_and(|vp| prefixes.iter().any(|p| p.mount == vp.mount && vp.rel.starts_with(&p.rel)));
         if !inside {
             return Err(format!("the argument '{arg}' is outside the paths this command may use: {}", allowed.join(", ")));
         }

@@ -126,10 +126,8 @@ pub fn containers_with_label(label: &str) -> Vec<String> {
 pub fn wait_for_running(label: &str, limit: Duration) -> String {
     let start = Instant::now();
     loop {
-        let out = StdCommand::new("docker")
-            .args(["ps", "-q", "--filter", &format!("label={label}"), "--filter", "status=running"])
-            .output()
-            .expect("docker ps");
+        let out =
+            StdCommand::new("docker").args(["ps", "-q", "--filter", &format!("label={label}"), "--filter", "status=running"]).output().expect("docker ps");
         let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if !s.is_empty() {
             return s;

@@ -218,7 +218,9 @@ pub fn folder_tag(dir: &Path, hash: &str) -> String {
 /// Reads a `build:` folder to hash it.
 pub fn planned_image(plan: &LaunchPlan) -> Result<String, DockerError> {
     match &plan.image {
-        ImageRef::Host => host_base(&plan.system, plan.user).map(|(t, _)| t).map_err(|e| DockerError::Image(format!("cannot assemble the host base image: {e}"))),
+        ImageRef::Host => {
+            host_base(&plan.system, plan.user).map(|(t, _)| t).map_err(|e| DockerError::Image(format!("cannot assemble the host base image: {e}")))
+        }
         ImageRef::Named(n) => Ok(n.clone()),
         ImageRef::Build(dir) => folder_context(dir).map(|(h, _)| folder_tag(dir, &h)).map_err(|e| build_dir_error(dir, e)),
     }

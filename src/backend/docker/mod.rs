@@ -6,8 +6,8 @@
 
 pub mod image;
 pub mod maintenance;
-pub mod render;
 pub mod reaper;
+pub mod render;
 mod runner;
 pub mod staging;
 
@@ -68,7 +68,8 @@ pub(crate) fn api_message(e: &bollard::errors::Error) -> String {
 /// existing socket among Docker's system socket, rootless Docker's, and Podman's.
 pub fn candidate_sockets() -> Vec<PathBuf> {
     let mut out = vec![PathBuf::from("/var/run/docker.sock")];
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", rustix::process::getuid().as_raw())));
+    let runtime =
+        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(format!("/run/user/{}", rustix::process::getuid().as_raw())));
     out.push(runtime.join("docker.sock"));
     out.push(runtime.join("podman/podman.sock"));
     out.push(PathBuf::from("/run/podman/podman.sock"));
@@ -86,7 +87,9 @@ pub fn client() -> Result<(String, Docker), DockerError> {
     }
     let socket = candidate_sockets().into_iter().find(|p| p.exists());
     match socket {
-        None => Docker::connect_with_local_defaults().map(|d| ("unix:///var/run/docker.sock".to_string(), d)).map_err(|e| unreachable("unix:///var/run/docker.sock", e)),
+        None => Docker::connect_with_local_defaults()
+            .map(|d| ("unix:///var/run/docker.sock".to_string(), d))
+            .map_err(|e| unreachable("unix:///var/run/docker.sock", e)),
         Some(p) => {
             let addr = format!("unix://{}", p.display());
             Docker::connect_with_unix(&addr, 120, bollard::API_DEFAULT_VERSION).map(|d| (addr.clone(), d)).map_err(|e| unreachable(&addr, e))
@@ -185,7 +188,9 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
                 while let Some(Ok(frame)) = output.next().await {
                     match frame {
                         bollard::container::LogOutput::StdErr { message } => captured.stderr.extend_from_slice(&message),
-                        bollard::container::LogOutput::StdOut { message } | bollard::container::LogOutput::Console { message } => captured.stdout.extend_from_slice(&message),
+                        bollard::container::LogOutput::StdOut { message } | bollard::container::LogOutput::Console { message } => {
+                            captured.stdout.extend_from_slice(&message)
+                        }
                         bollard::container::LogOutput::StdIn { .. } => {}
                     }
                 }

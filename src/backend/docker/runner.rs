@@ -118,7 +118,8 @@ async fn create_and_supervise(
 
     // Attach before start so no output is lost.
     let attach = AttachContainerOptions { stream: true, stdin: plan.interactive, stdout: true, stderr: true, ..Default::default() };
-    let attached = docker.attach_container(name, Some(attach)).await.map_err(|e| DockerError::Api { what: format!("attach to container {name}"), source: e })?;
+    let attached =
+        docker.attach_container(name, Some(attach)).await.map_err(|e| DockerError::Api { what: format!("attach to container {name}"), source: e })?;
     let mut output = attached.output;
     let mut input = attached.input;
     let command = plan.command.first().cloned().unwrap_or_default();

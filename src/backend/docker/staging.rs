@@ -67,7 +67,8 @@ pub fn stage(plan: &LaunchPlan) -> Result<(LaunchPlan, Option<Staging>), DockerE
     for (i, m) in staged.mounts.iter_mut().enumerate() {
         let Some(held) = &m.held else { continue };
         let point = staging.dir.join(i.to_string());
-        let is_dir = rustix::fs::fstat(&*held.0).map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()).map_err(|e| fail("inspect", &m.source, e.into()))?;
+        let is_dir =
+            rustix::fs::fstat(&*held.0).map(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir()).map_err(|e| fail("inspect", &m.source, e.into()))?;
         if is_dir {
             std::fs::DirBuilder::new().mode(0o700).create(&point)
         } else {
