@@ -11,4 +11,5 @@ pub mod config;
 pub mod fds;
 pub mod plan;
 pub mod sandbox;
+pub mod term;
 pub mod tools;

@@ -97,6 +97,31 @@ fn approved_write_lands_on_the_host(backend: &str) {
     assert_eq!(lines.len(), events.len());
 }
 
+/// A worker names files to rewrite the approval prompt: a control sequence that erases the
+/// line is refused before any prompt; a right-to-left override reaches the prompt escaped.
+fn spoofing_paths_never_reach_the_terminal(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("drafts")).expect("mkdir");
+    let worker = worker(
+        "sandbox:\n  zones:\n    - {name: drafts, mode: rw}\n",
+        &format!(
+            r#"{CURL} --data-binary '{{"path":"/drafts/x\u001b[2K\rworkcell: allow read /drafts/ok.txt","content":"a"}}' http://workcell/v1/tools/write_file; echo; {CURL} --data-binary '{{"path":"/drafts/report\u202etxt.exe","content":"b"}}' http://workcell/v1/tools/write_file; echo"#
+        ),
+    );
+    write_project(tmp.path(), "sandbox:\n  zones:\n    drafts: {path: ./drafts, mode: rw, approval: {write: ask}}\n", &[("spoofer", &worker)]);
+    let r = run_on_pty(tmp.path(), "n", &["run", "--backend", backend, "spoofer"]);
+    let output = r["output"].as_str().unwrap_or("");
+    assert_eq!(r["prompts"], 1, "only the override reaches a prompt: {output}");
+    assert!(output.contains("control character U+001B"), "the erasing path is refused: {output}");
+    assert!(output.contains("allow write to /drafts/report\\u{202e}txt.exe?"), "the prompt shows the override escaped: {output}");
+    // (The first docker run may draw an image-build progress bar: our own escapes, not these.)
+    assert!(!output.contains("\u{1b}[2K\rworkcell: allow") && !output.contains('\u{202e}'), "no raw escape or override reached the terminal: {output:?}");
+    assert_eq!(std::fs::read_dir(tmp.path().join("drafts")).expect("drafts").count(), 0, "nothing was written");
+}
+
 fn denied_write_changes_nothing(backend: &str) {
     if !available(backend) {
         return;
@@ -262,6 +287,8 @@ macro_rules! suite {
         mod $backend {
             #[test]
             fn approved_write_lands_on_the_host() { super::approved_write_lands_on_the_host(stringify!($backend)) }
+            #[test]
+            fn spoofing_paths_never_reach_the_terminal() { super::spoofing_paths_never_reach_the_terminal(stringify!($backend)) }
             #[test]
             fn denied_write_changes_nothing() { super::denied_write_changes_nothing(stringify!($backend)) }
             #[test]

@@ -18,6 +18,7 @@ fn all_errors(fx: &Fx) -> Vec<(&'static str, SandboxError)> {
     let narrow = sb.derive(&DeriveSpec { allow_read: l(&["/data/sub"]), ..Default::default() }).unwrap();
     vec![
         ("invalid_path_nul", sb.resolve("/data/a\0b").unwrap_err()),
+        ("invalid_path_escape", sb.resolve("/data/a\x1b[2K\rb").unwrap_err()),
         ("invalid_path_home", sb.resolve("~/.ssh/id_rsa").unwrap_err()),
         ("invalid_path_drive", sb.resolve("C:\\x").unwrap_err()),
         ("invalid_path_host", sb.resolve(&host).unwrap_err()),

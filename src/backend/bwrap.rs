@@ -792,14 +792,18 @@ mod runner {
         let Some(prog) = plan.command.first() else {
             return EXIT_INTERNAL;
         };
+        let shown = crate::term::escape(prog);
         match resolve_command(plan, prog) {
             CommandLookup::NotFound => {
                 let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
-                eprintln!("workcell: {prog}: command not found inside the sandbox (PATH={path}; only the system directories and the zones are visible)");
+                eprintln!(
+                    "workcell: {shown}: command not found inside the sandbox (PATH={}; only the system directories and the zones are visible)",
+                    crate::term::escape(path)
+                );
                 EXIT_NOT_FOUND
             }
             CommandLookup::NotExecutable(p) => {
-                eprintln!("workcell: {prog}: {p} is not an executable file inside the sandbox");
+                eprintln!("workcell: {shown}: {} is not an executable file inside the sandbox", crate::term::escape(&p));
                 EXIT_NOT_EXECUTABLE
             }
             CommandLookup::Found | CommandLookup::Unknown => {
@@ -807,7 +811,7 @@ mod runner {
                     Ok(_) => "see bwrap's message above".to_string(),
                     Err(e) => e.to_string(),
                 };
-                eprintln!("workcell: bwrap could not set up the sandbox or start {prog} (bwrap exit status {code}): {hint}");
+                eprintln!("workcell: bwrap could not set up the sandbox or start {shown} (bwrap exit status {code}): {hint}");
                 EXIT_INTERNAL
             }
         }

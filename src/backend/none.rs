@@ -18,11 +18,11 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
     match crate::backend::spawn_exclusive(|| cmd.spawn()).and_then(|mut c| c.wait()) {
         Ok(s) => Ok(exit_code_of(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("workcell: {prog}: command not found");
+            eprintln!("workcell: {}: command not found", crate::term::escape(prog));
             Ok(EXIT_NOT_FOUND)
         }
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            eprintln!("workcell: {prog}: not executable");
+            eprintln!("workcell: {}: not executable", crate::term::escape(prog));
             Ok(EXIT_NOT_EXECUTABLE)
         }
         Err(e) => Err(BackendError::Failed(format!("cannot start {prog}: {e}"))),

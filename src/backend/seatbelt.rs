@@ -241,7 +241,7 @@ mod macos {
         let path = plan.env.get("PATH").cloned().unwrap_or_default();
         let found = prog.contains('/') || path.split(':').any(|d| Path::new(d).join(prog).is_file());
         if !found {
-            eprintln!("workcell: {prog}: command not found (PATH={path})");
+            eprintln!("workcell: {}: command not found (PATH={})", crate::term::escape(prog), crate::term::escape(&path));
             return Ok(EXIT_NOT_FOUND);
         }
         let tmp = private_tmp(plan);

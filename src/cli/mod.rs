@@ -157,7 +157,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("workcell: {e}");
+            eprintln!("workcell: {}", crate::term::escape_lines(&e.to_string()));
             e.exit_code()
         }
     }

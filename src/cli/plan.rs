@@ -1,5 +1,6 @@
 //! `workcell plan`: the resolved launch plan, without running anything.
 
+use crate::term::escape;
 use clap::Args;
 
 use super::{load_project, Cli, CliError};
@@ -40,15 +41,15 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!("worker:   {}", plan.worker.as_deref().unwrap_or("(ad hoc)"));
+        println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
         println!("image:    {:?}", plan.image);
-        println!("command:  {}", shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default());
+        println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
         println!("network:  {}", if plan.network { "on" } else { "off (loopback only)" });
-        println!("workdir:  {}", plan.workdir);
+        println!("workdir:  {}", escape(&plan.workdir));
         println!("user:     {}:{}", plan.user.uid, plan.user.gid);
         println!("mounts:");
         for m in &plan.mounts {
-            println!("  {} <- {} ({})", m.target, m.source.display(), if m.read_only { "ro" } else { "rw" });
+            println!("  {} <- {} ({})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
         }
         println!(
             "limits:   timeout {:?}, memory {:?} bytes, cpus {:?}, pids {:?}",

@@ -99,13 +99,5 @@ impl SandboxError {
 /// lines such as a fake "Readable paths:"), everything else as given — notably backslashes,
 /// which `escape_debug` would double (`C:\x` must read `C:\x`).
 pub(crate) fn show(path: &str) -> String {
-    let mut out = String::with_capacity(path.len());
-    for c in path.chars() {
-        if c.is_control() {
-            out.extend(c.escape_debug());
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    crate::term::escape_quoted(path).into_owned()
 }

@@ -36,8 +36,10 @@ impl Sandbox {
     pub fn parse(&self, path: &str) -> Result<VirtualPath, SandboxError> {
         let invalid = |reason: &str| SandboxError::InvalidPath { path: show(path), reason: reason.to_string(), readable: self.readable_list() };
         let outside = |detail: &str| SandboxError::OutsideSandbox { path: show(path), detail: detail.to_string(), readable: self.readable_list() };
-        if path.contains('\0') {
-            return Err(invalid("it contains a NUL byte"));
+        if let Some(c) = path.chars().find(|c| c.is_control()) {
+            // Shown to a person in prompts and summaries, such a path could rewrite what
+            // they read; no real file needs one.
+            return Err(invalid(&format!("it contains the control character U+{:04X}; sandbox paths cannot contain control characters", c as u32)));
         }
         if path.trim().is_empty() {
             return Err(invalid("it is empty"));

@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader, Write};
 
 use serde::Serialize;
 
+use crate::term::escape;
+
 /// How requests that need consent are answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -99,6 +101,12 @@ pub trait Prompter: Send {
     fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, String>;
 }
 
+/// The question put to a person about `req`. The subject and scope come from the worker, so
+/// they are escaped: no control or layout character of theirs reaches the terminal.
+pub fn prompt_text(req: &ApprovalRequest) -> String {
+    format!("workcell: allow {} {}? [y]es once / [s]ession (covers {}) / [n]o: ", req.action.verb(), escape(&req.subject), escape(&req.scope))
+}
+
 /// Asks on the controlling terminal (`/dev/tty`), never on stdout, so it neither mixes with
 /// a worker's streamed output nor with an MCP channel.
 #[derive(Debug, Default)]
@@ -111,9 +119,7 @@ impl Prompter for TerminalPrompter {
         let mut input = BufReader::new(tty);
         loop {
             // Start on a fresh line so a half-written line of worker output stays readable.
-            write!(out, "\r\nworkcell: allow {} {}? [y]es once / [s]ession (covers {}) / [n]o: ", req.action.verb(), req.subject, req.scope)
-                .and_then(|_| out.flush())
-                .map_err(|e| e.to_string())?;
+            write!(out, "\r\n{}", prompt_text(req)).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
             let mut line = String::new();
             if input.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
                 return Ok(Choice::Deny);
@@ -169,7 +175,7 @@ impl Approver {
         match self.mode {
             ApprovalMode::ApproveAll => Decision::Approved { by: "approve_all" },
             ApprovalMode::Strict => {
-                Decision::Denied { reason: format!("denied: {} {} needs approval and --strict denies every approval", req.action.verb(), req.subject) }
+                Decision::Denied { reason: format!("denied: {} {} needs approval and --strict denies every approval", req.action.verb(), escape(&req.subject)) }
             }
             ApprovalMode::Interactive => {
                 let Some(p) = self.prompter.as_mut() else {
@@ -181,7 +187,7 @@ impl Approver {
                         self.session.insert((req.action, req.scope.clone()));
                         Decision::Approved { by: "user_session" }
                     }
-                    Ok(Choice::Deny) => Decision::Denied { reason: format!("the user denied: {} {}", req.action.verb(), req.subject) },
+                    Ok(Choice::Deny) => Decision::Denied { reason: format!("the user denied: {} {}", req.action.verb(), escape(&req.subject)) },
                     Err(e) => Decision::Denied { reason: format!("{NO_TERMINAL} ({e})") },
                 }
             }

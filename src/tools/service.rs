@@ -13,6 +13,7 @@ use super::audit::AuditLog;
 use super::shell::{ShellDecision, ShellPolicy};
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError, ZoneMode};
+use crate::term::escape;
 
 /// Default and largest `read_file` window, in characters.
 pub const DEFAULT_MAX_CHARS: usize = 200_000;
@@ -496,13 +497,23 @@ impl ToolService {
             other => return Err(ToolError::Refused(format!("mode '{other}' is not 'ro' or 'rw'"))),
         };
         let p = std::path::Path::new(path);
-        if !p.is_absolute() || path.contains('\0') {
-            return Err(ToolError::Refused(format!("'{path}' must be an absolute host path")));
+        if let Some(c) = path.chars().find(|c| c.is_control()) {
+            return Err(ToolError::Refused(format!(
+                "'{}' contains the control character U+{:04X}; paths cannot contain control characters",
+                escape(path),
+                c as u32
+            )));
+        }
+        if !p.is_absolute() {
+            return Err(ToolError::Refused(format!("'{}' must be an absolute host path", escape(path))));
         }
         // Resolved once, into a handle: the prompt shows the path that handle has, and the
         // grant is that handle, so swapping a link in while the person reads changes nothing.
         let opened = crate::sandbox::open_for_expansion(p).map_err(|e| ToolError::Refused(format!("'{path}' cannot be used: {e}")))?;
         let dir = opened.path.clone();
+        if dir.to_string_lossy().chars().any(|c| c.is_control()) {
+            return Err(ToolError::Refused(format!("'{}' resolves to a directory whose path contains control characters; it cannot be granted", escape(path))));
+        }
         let verb = if mode == ZoneMode::Rw { "read and write" } else { "read" };
         self.consent(ApprovalRequest::new(Action::Expand, format!("{} ({verb}) for this session", dir.display()), format!("{}:{mode}", dir.display())))?;
         let zone = format!("granted-{}", self.expansions().len() + 1);
@@ -526,7 +537,8 @@ impl ToolService {
         }
         let mut s = String::from("To keep the access granted in this session, add to workcell.yaml under sandbox.zones:\n");
         for x in e {
-            s.push_str(&format!("    {}: {{path: {}, mode: {}}}\n", x.zone, x.host_dir.display(), x.mode));
+            let path = x.host_dir.to_string_lossy();
+            s.push_str(&format!("    {}: {{path: {}, mode: {}}}\n", escape(&x.zone), escape(&path), x.mode));
         }
         Some(s)
     }

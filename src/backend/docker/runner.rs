@@ -122,7 +122,7 @@ async fn create_and_supervise(
         docker.attach_container(name, Some(attach)).await.map_err(|e| DockerError::Api { what: format!("attach to container {name}"), source: e })?;
     let mut output = attached.output;
     let mut input = attached.input;
-    let command = plan.command.first().cloned().unwrap_or_default();
+    let command = crate::term::escape(plan.command.first().map(String::as_str).unwrap_or_default()).into_owned();
     let tty = plan.tty;
     let out_task = tokio::spawn(async move {
         let mut stdout = tokio::io::stdout();
@@ -335,7 +335,7 @@ fn create_error(plan: &LaunchPlan, e: bollard::errors::Error) -> DockerError {
 /// (possible when the image's own init runs it directly), else to an error.
 fn start_error(plan: &LaunchPlan, e: bollard::errors::Error) -> Result<Ended, DockerError> {
     let msg = super::api_message(&e);
-    let command = plan.command.first().cloned().unwrap_or_default();
+    let command = crate::term::escape(plan.command.first().map(String::as_str).unwrap_or_default()).into_owned();
     let lower = msg.to_ascii_lowercase();
     if lower.contains("executable file not found") || (lower.contains("exec:") && lower.contains("no such file or directory")) {
         eprintln!("workcell: {command}: command not found inside the worker (exit {EXIT_NOT_FOUND}); it must be on the worker's PATH or in a mounted zone or system directory");

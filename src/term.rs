@@ -1,0 +1,97 @@
+//! Text a worker can influence, made safe to show a person on a terminal.
+//!
+//! A path or command line chosen by a worker reaches the approval prompt, the audit display
+//! and run summaries. Printed raw, `ESC[2K\r` erases the line and rewrites it to read as a
+//! harmless request, and a right-to-left override reorders what the person reads. So every
+//! such string passes through [`escape`]: control characters (C0, DEL, C1) and Unicode
+//! formatting characters that change how text is laid out become visible escapes, and the
+//! backslash itself is doubled so an escape can never be forged by the text.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// Characters that change layout without being control characters: bidirectional
+/// embeddings, overrides and isolates, zero-width joiners and marks, line/paragraph separators,
+/// and the byte-order mark.
+fn is_layout_format(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{061C}')
+}
+
+/// True for characters [`escape`] rewrites.
+pub fn needs_escape(c: char) -> bool {
+    c == '\\' || c.is_control() || is_layout_format(c)
+}
+
+/// `s` with control and layout characters written as escapes (`\n`, `\r`, `\t`, `\e`, `\x7f`,
+/// `\u{202e}`) and `\` as `\\`; unchanged (borrowed) when there is nothing to escape.
+pub fn escape(s: &str) -> Cow<'_, str> {
+    escape_with(s, Keep::Nothing)
+}
+
+/// Like [`escape`] but keeps newlines: for multi-line messages of our own that may quote a
+/// worker's text. A quoted newline can at most start a new line; it cannot move the cursor.
+pub fn escape_lines(s: &str) -> Cow<'_, str> {
+    escape_with(s, Keep::Newlines)
+}
+
+/// Like [`escape`] but leaves backslashes single: for messages that quote a caller's path
+/// back to it (`C:\x` must read `C:\x`), where no escape needs to be unambiguous.
+pub fn escape_quoted(s: &str) -> Cow<'_, str> {
+    escape_with(s, Keep::Backslashes)
+}
+
+/// What an escaping variant leaves as it is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Nothing,
+    Newlines,
+    Backslashes,
+}
+
+fn escape_with(s: &str, keep: Keep) -> Cow<'_, str> {
+    let rewrite = |c: char| needs_escape(c) && !(keep == Keep::Newlines && c == '\n') && !(keep == Keep::Backslashes && c == '\\');
+    if !s.chars().any(rewrite) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !rewrite(c) {
+            out.push(c);
+            continue;
+        }
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{1b}' => out.push_str("\\e"),
+            c if (c as u32) < 0x100 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_text_is_borrowed() {
+        assert!(matches!(escape("/data/report.md"), Cow::Borrowed(_)));
+        assert!(matches!(escape("/données/rapport é 文件"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn control_and_layout_characters_become_visible() {
+        assert_eq!(escape("/data/a\u{1b}[2K\rgit status"), "/data/a\\e[2K\\rgit status");
+        assert_eq!(escape("a\u{202e}txt.exe"), "a\\u{202e}txt.exe");
+        assert_eq!(escape("a\u{7f}\u{85}b"), "a\\x7f\\x85b");
+        assert_eq!(escape("a\\eb"), "a\\\\eb");
+        assert_eq!(escape_lines("line one\nline\rtwo"), "line one\nline\\rtwo");
+    }
+}
