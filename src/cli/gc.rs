@@ -4,7 +4,7 @@
 use clap::Args;
 
 use super::CliError;
-use crate::backend::docker::maintenance::gc;
+use crate::backend::docker::maintenance::{gc, GcReport};
 
 // Arguments of `workcell gc` (a plain comment, see `DoctorArgs`).
 #[derive(Debug, Args)]
@@ -19,22 +19,23 @@ pub struct GcArgs {
 
 /// Removes leftovers labelled `dev.workcell.managed=true` and prints what went.
 pub fn run(args: &GcArgs) -> Result<i32, CliError> {
-    // The bwrap backend's per-run cgroups of runs that were killed outright.
-    for dir in crate::backend::cgroup::remove_leftovers() {
-        eprintln!("removed cgroup {}", dir.display());
-    }
-    // The broker directories of runs that were killed outright.
-    for dir in crate::tools::broker::remove_stale_dirs() {
-        eprintln!("removed broker directory {}", dir.display());
-    }
-    // The docker staging mounts of runs that were killed before their container started.
-    for dir in crate::backend::docker::staging::remove_stale() {
-        eprintln!("removed staging directory {}", dir.display());
-    }
-    let report = gc(args.all).map_err(|e| CliError::Failed(e.to_string()))?;
+    // What runs killed outright leave on the host: the bwrap backend's per-run cgroups,
+    // broker directories, and docker staging mounts of runs killed before their container
+    // started.
+    let host = [
+        ("cgroup", crate::backend::cgroup::remove_leftovers()),
+        ("broker directory", crate::tools::broker::remove_stale_dirs()),
+        ("staging directory", crate::backend::docker::staging::remove_stale()),
+    ];
+    // Without Docker (a bwrap-only machine) the host is still cleaned.
+    let mut report = gc(args.all).unwrap_or_else(|e| GcReport { docker_unavailable: Some(e.to_string()), ..GcReport::default() });
+    report.host = host.iter().flat_map(|(what, dirs)| dirs.iter().map(move |d| format!("{what} {}", d.display()))).collect();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
+        for h in &report.host {
+            println!("removed {h}");
+        }
         for c in &report.containers {
             println!("removed container {c}");
         }
@@ -44,10 +45,13 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         for k in &report.kept {
             println!("kept container {k}: a running workcell owns it");
         }
+        if let Some(why) = &report.docker_unavailable {
+            eprintln!("workcell: containers and images were not checked: {why}");
+        }
         for e in &report.errors {
             eprintln!("workcell: could not remove {e}");
         }
-        if report.containers.is_empty() && report.images.is_empty() && report.errors.is_empty() {
+        if report.host.is_empty() && report.containers.is_empty() && report.images.is_empty() && report.errors.is_empty() {
             println!("nothing to remove");
         }
     }

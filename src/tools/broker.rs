@@ -94,13 +94,22 @@ fn private_dir_bases() -> Vec<PathBuf> {
 }
 
 /// Removes the broker directories of runs that were killed before they could remove their
-/// own (`workcell gc`): this user's `workcell-broker-*` directories older than a minute whose
-/// socket no longer accepts connections. Returns the removed directories.
+/// own (`workcell gc`): `workcell-broker-*` directories older than a minute whose socket no
+/// longer accepts connections, in every place a run may have created one — this
+/// environment's bases, and `/dev/shm`, `/tmp`, `/var/tmp` and the users' runtime directories
+/// whatever this environment says (a run started with another `TMPDIR` or
+/// `XDG_RUNTIME_DIR` may have used them). A user removes their own; root removes any.
+/// Returns the removed directories.
 pub fn remove_stale_dirs() -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let uid = rustix::process::geteuid().as_raw();
     let mut removed = Vec::new();
     let mut bases = private_dir_bases();
+    bases.extend(["/dev/shm", "/tmp", "/var/tmp"].map(PathBuf::from));
+    if let Ok(users) = std::fs::read_dir("/run/user") {
+        bases.extend(users.flatten().map(|e| e.path()));
+    }
+    bases.sort();
     bases.dedup();
     for base in bases {
         let Ok(entries) = std::fs::read_dir(&base) else { continue };
@@ -112,13 +121,14 @@ pub fn remove_stale_dirs() -> Vec<PathBuf> {
             // Not followed: a symlink or somebody else's directory is left alone.
             let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
             let old = meta.modified().ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > std::time::Duration::from_secs(60));
-            if !meta.is_dir() || meta.uid() != uid || !old {
+            if !meta.is_dir() || (uid != 0 && meta.uid() != uid) || !old {
                 continue;
             }
             // A live run answers on its socket; a dead one's socket refuses (or is gone).
             if std::os::unix::net::UnixStream::connect(path.join(SOCKET_NAME)).is_ok() {
                 continue;
             }
+            // Never follows a link inside (std's remove_dir_all works beneath handles).
             if std::fs::remove_dir_all(&path).is_ok() {
                 removed.push(path);
             }

@@ -100,6 +100,10 @@ pub struct GcReport {
     pub errors: Vec<String>,
     /// Containers left alone because a live workcell process still owns them.
     pub kept: Vec<String>,
+    /// Host leftovers removed (cgroups, broker and staging directories): `what path`.
+    pub host: Vec<String>,
+    /// Why Docker was not cleaned, when it could not be reached (the host is cleaned anyway).
+    pub docker_unavailable: Option<String>,
 }
 
 fn owner_alive(labels: &HashMap<String, String>) -> Option<bool> {

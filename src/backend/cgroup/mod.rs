@@ -19,6 +19,8 @@
 //! per-thread move for domain cgroups, so there bwrap and its init are moved after the spawn
 //! while the sandbox waits ([`RunCgroup::attach`]).
 
+mod leftovers;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -462,31 +464,7 @@ impl Drop for RunCgroup {
     }
 }
 
-/// Removes the empty cgroups of runs that were killed before they could remove their own
-/// (`workcell gc`). Cgroups younger than a minute are left alone: a run that is starting
-/// has an empty cgroup for a moment. Returns the removed directories.
-pub fn remove_leftovers() -> Vec<PathBuf> {
-    let support = Support::detect();
-    let mut parents: Vec<&Path> =
-        [&support.memory, &support.pids, &support.cpu].into_iter().filter_map(|p| p.as_ref().ok()).map(|p| p.parent.as_path()).collect();
-    parents.dedup();
-    let mut removed = Vec::new();
-    for parent in parents {
-        let Ok(entries) = std::fs::read_dir(parent) else { continue };
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if !name.to_string_lossy().starts_with("workcell-") {
-                continue;
-            }
-            let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > Duration::from_secs(60));
-            // rmdir fails on a cgroup that still has processes.
-            if old && std::fs::remove_dir(e.path()).is_ok() {
-                removed.push(e.path());
-            }
-        }
-    }
-    removed
-}
+pub use leftovers::remove_leftovers;
 
 #[cfg(test)]
 mod tests {
