@@ -372,3 +372,48 @@ fn bwrap_zone_behind_a_closed_directory_says_what_to_do() {
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(stderr.contains("cannot reach the zone /in") && stderr.contains("chmod o+x"), "{stderr}");
 }
+
+/// The broker token never appears on a command line (any local user can read every
+/// process's `/proc/PID/cmdline`); the worker still receives it in its environment.
+#[test]
+fn bwrap_broker_token_is_on_no_command_line() {
+    if !support::backend_ready("bwrap") {
+        return;
+    }
+    let p = support::Proj::new();
+    let token_file = p.dir.join("out/token");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_workcell"))
+        .current_dir(&p.dir)
+        .args([
+            "run",
+            "--backend",
+            "bwrap",
+            "--zone",
+            "out=out:rw",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$WORKCELL_TOKEN\" > /out/token.tmp; mv /out/token.tmp /out/token; sleep 5",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("workcell runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !token_file.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let token = std::fs::read_to_string(&token_file).expect("the worker wrote its token").trim().to_string();
+    assert_eq!(token.len(), 64, "the worker has the token: {token:?}");
+    // While the worker runs: no process's command line carries it.
+    let carriers: Vec<String> = std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok().map(|c| (e.file_name(), c)))
+        .filter(|(_, c)| c.windows(token.len()).any(|w| w == token.as_bytes()))
+        .map(|(pid, c)| format!("{}: {}", pid.to_string_lossy(), String::from_utf8_lossy(&c).replace('\0', " ")))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(carriers.is_empty(), "the token is on these command lines: {carriers:?}");
+}

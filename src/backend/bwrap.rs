@@ -62,6 +62,17 @@ impl BwrapFeatures {
     }
 }
 
+/// Environment variables that must not appear on bwrap's command line: the broker token.
+fn is_secret(key: &str) -> bool {
+    key == "WORKCELL_TOKEN"
+}
+
+/// The secret variables of `plan`, handed to bwrap through its own environment (readable
+/// only by its user), from where the worker inherits them.
+fn secret_env(plan: &LaunchPlan) -> impl Iterator<Item = (&String, &String)> {
+    plan.env.iter().filter(|(k, _)| is_secret(k))
+}
+
 /// The bwrap argv for `plan` (argv\[0\] is `bwrap`), assuming a current bubblewrap.
 /// Pure: the same plan always renders the same argv.
 pub fn render_argv(plan: &LaunchPlan, bwrap: &Path) -> Vec<OsString> {
@@ -109,8 +120,11 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
     if !plan.tty {
         push(&["--new-session"]);
     }
-    push(&["--cap-drop", "ALL", "--clearenv"]);
-    for (k, v) in &plan.env {
+    // The worker's environment is bwrap's own (set by the launcher to exactly the secret
+    // variables, see `secret_env`) plus these: no `--clearenv`, which would drop the secrets,
+    // and no secret on this command line, which any local user can read in /proc/PID/cmdline.
+    push(&["--cap-drop", "ALL"]);
+    for (k, v) in plan.env.iter().filter(|(k, _)| !is_secret(k)) {
         push(&["--setenv", k, v]);
     }
 
@@ -563,7 +577,7 @@ mod runner {
             _ => None,
         };
         let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]).env_clear();
+        cmd.args(&argv[1..]).env_clear().envs(secret_env(plan));
         crate::backend::as_worker(&mut cmd, plan);
         // bwrap's status pipe stays open until the run is over: bwrap reports the exit code
         // there at the end, and a closed pipe would kill it with SIGPIPE.
@@ -666,7 +680,7 @@ mod runner {
         };
 
         let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]).env_clear();
+        cmd.args(&argv[1..]).env_clear().envs(secret_env(plan));
         crate::backend::as_worker(&mut cmd, plan);
         let stdin_is_tty = std::io::IsTerminal::is_terminal(&std::io::stdin());
         if !(plan.interactive || plan.tty) {
