@@ -186,3 +186,23 @@ fn gc_removes_only_dead_old_broker_directories() {
         let _ = std::fs::remove_dir_all(d);
     }
 }
+
+/// `delete_file` on a symlink removes the link itself, wherever it points (outside the
+/// sandbox included), and leaves the target; a missing file is "not found", with no prompt.
+#[test]
+fn delete_file_removes_a_link_not_its_target() {
+    let (tmp, service, _broker) = setup(ApprovalMode::Strict);
+    let outside = tempfile::tempdir().expect("outside");
+    std::fs::write(outside.path().join("target.txt"), "host file\n").expect("write");
+    std::os::unix::fs::symlink(outside.path().join("target.txt"), tmp.path().join("out/link.txt")).expect("link");
+    std::os::unix::fs::symlink("../data/a.txt", tmp.path().join("out/rel.txt")).expect("link");
+    for link in ["/out/link.txt", "/out/rel.txt"] {
+        let r = service.call("delete_file", serde_json::json!({"path": link})).unwrap_or_else(|e| panic!("{link}: {e}"));
+        assert_eq!(r["deleted"], true);
+    }
+    assert!(std::fs::symlink_metadata(tmp.path().join("out/link.txt")).is_err() && std::fs::symlink_metadata(tmp.path().join("out/rel.txt")).is_err());
+    assert_eq!(std::fs::read_to_string(outside.path().join("target.txt")).expect("target"), "host file\n");
+    assert_eq!(std::fs::read_to_string(tmp.path().join("data/a.txt")).expect("target"), "alpha beta\n");
+    let missing = service.call("delete_file", serde_json::json!({"path": "/out/nothing.txt"})).unwrap_err();
+    assert_eq!(missing.kind(), "not_found", "{missing}");
+}

@@ -251,7 +251,7 @@ fn seed003_no_declaration_is_a_pure_function() {
     let child = SandboxDecl::None.apply(&parent).unwrap();
     assert!(child.readable_roots().is_empty() && child.writable_roots().is_empty());
     assert!(!child.can_read("/data/x") && !child.can_write("/workspace/x"));
-    assert_eq!(child.list("/", "*").unwrap(), Vec::<String>::new());
+    assert_eq!(child.list("/", "*").unwrap().entries, Vec::<String>::new());
 }
 
 #[test]

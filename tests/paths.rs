@@ -301,20 +301,20 @@ fn equivalent_spellings_resolve_to_the_same_host_path() {
 fn list_slash_shows_the_zones_and_globs_stay_in_place() {
     let fx = Fx::new();
     let sb = fx.project(Zones).sandbox;
-    assert_eq!(sb.list("/", "*").unwrap(), vec!["/data/", "/out/", "/special/"]);
+    assert_eq!(sb.list("/", "*").unwrap().entries, vec!["/data/", "/out/", "/special/"]);
     // `*` does not cross `/`; `**` does; suffix-filtered files are left out (x.PDF);
     // symlinked directories are not descended into.
-    let top = sb.list("/data", "*").unwrap();
+    let top = sb.list("/data", "*").unwrap().entries;
     assert!(top.contains(&"/data/file.txt".to_string()), "{top:?}");
     assert!(top.contains(&"/data/sub/".to_string()), "{top:?}");
     assert!(!top.iter().any(|p| p.contains("deep")), "{top:?}");
     assert!(!top.iter().any(|p| p.contains("x.PDF")), "{top:?}");
-    let deep = sb.list("/data", "**/*.txt").unwrap();
+    let deep = sb.list("/data", "**/*.txt").unwrap().entries;
     assert!(deep.contains(&"/data/sub/deep.txt".to_string()), "{deep:?}");
     assert!(!deep.iter().any(|p| p.contains("secret")), "{deep:?}");
     // A child restricted to a subdirectory sees where it can go.
     let child = sb.derive(&DeriveSpec { allow_read: Some(vec!["/data/sub".into()]), ..Default::default() }).unwrap();
-    let shown = child.list("/", "*").unwrap();
+    let shown = child.list("/", "*").unwrap().entries;
     assert_eq!(shown, vec!["/data/sub/"]);
     for entry in &shown {
         child.list(entry, "*").unwrap_or_else(|e| panic!("list('/') shows {entry} but listing it fails: {e}"));
@@ -374,4 +374,43 @@ fn can_read_and_can_write_agree_with_resolve() {
     }
     assert_eq!(sb.readable_roots(), vec!["/data", "/out", "/special"]);
     assert_eq!(sb.writable_roots(), vec!["/out"]);
+}
+
+/// A wide tree is listed with few open directories, so running short of descriptors cannot
+/// drop entries; a directory that still cannot be opened is named, never skipped silently.
+#[test]
+fn list_keeps_few_descriptors_and_names_what_it_cannot_read() {
+    let fx = Fx::new();
+    let sb = fx.project(Zones).sandbox;
+    for i in 0..200 {
+        std::fs::create_dir_all(fx.host(&format!("data/wide/d{i}/e"))).unwrap();
+        std::fs::write(fx.host(&format!("data/wide/d{i}/e/f.txt")), "x").unwrap();
+    }
+    let full = sb.list("/data/wide", "**/*.txt").unwrap();
+    assert_eq!(full.entries.len(), 200, "{full:?}");
+    let maximum = rustix::process::getrlimit(rustix::process::Resource::Nofile).maximum;
+    let set = |n: u64| rustix::process::setrlimit(rustix::process::Resource::Nofile, rustix::process::Rlimit { current: Some(n), maximum }).unwrap();
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    // From no headroom up: every answer is an error, the whole listing, or a listing that
+    // names what it could not read.
+    let mut named = 0;
+    for extra in 0..12 {
+        set(open + extra);
+        let result = sb.list("/data/wide", "**/*.txt");
+        set(open + 1000);
+        match result {
+            Err(_) => {}
+            Ok(l) if l.entries == full.entries => assert!(l.unreadable.is_empty(), "{l:?}"),
+            Ok(l) => {
+                assert!(!l.unreadable.is_empty(), "with {extra} spare descriptors, entries went missing silently: {l:?}");
+                named += 1;
+            }
+        }
+    }
+    assert!(named > 0, "some limit must have left a directory unreadable");
+    // A little headroom is enough for the whole tree (the old walk held one descriptor per
+    // pending directory: 200 here).
+    set(open + 8);
+    let wide = sb.list("/data/wide", "**/*.txt").unwrap();
+    assert_eq!(wide, full);
 }

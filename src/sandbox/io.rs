@@ -234,6 +234,14 @@ impl Sandbox {
 
     /// Deletes a file (not a directory). A symlink is removed itself, never its target.
     pub fn delete(&self, path: &str) -> Result<(), SandboxError> {
+        self.prepare_delete(path)?.remove()
+    }
+
+    /// Everything [`Sandbox::delete`] checks, without deleting: the file's directory is held,
+    /// so a person can be asked in between and the entry removed is in the directory that
+    /// was checked. The last component is not followed (a link is removed itself, wherever
+    /// it points).
+    pub fn prepare_delete(&self, path: &str) -> Result<PendingDelete<'_>, SandboxError> {
         let vp = self.parse(path)?;
         let area = self.writable_area(&vp, path)?;
         let (dir, name) = self.parent_dir(area, &vp, path, "delete", false)?;
@@ -241,7 +249,7 @@ impl Sandbox {
         if meta.is_dir() {
             return Err(SandboxError::WrongKind { op: "delete", path: show(path), found: "directory", expected: "file" });
         }
-        dir.remove_file(&name).map_err(|e| self.io_error("delete", path, &e))
+        Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
     }
 
     /// Whether something exists at a readable path.
@@ -268,8 +276,9 @@ impl Sandbox {
     /// Lists entries below `path` whose path relative to it matches `pattern` (a glob where
     /// `*` never crosses `/`; `**` does). Directories end in `/`. `list("/")` shows the zones.
     /// Files whose suffix the mount does not allow are left out. Symlinked directories are
-    /// not descended into.
-    pub fn list(&self, path: &str, pattern: &str) -> Result<Vec<String>, SandboxError> {
+    /// not descended into. Directories that cannot be opened are named in the result, never
+    /// skipped silently.
+    pub fn list(&self, path: &str, pattern: &str) -> Result<Listing, SandboxError> {
         let matcher = compile_pattern(pattern)?;
         let trimmed = path.trim();
         if self.addressing() == Addressing::Zones && (trimmed.is_empty() || trimmed == "/" || trimmed == ".") {
@@ -286,7 +295,7 @@ impl Sandbox {
                 }
             }
             zones.sort();
-            return Ok(zones);
+            return Ok(Listing { entries: zones, ..Listing::default() });
         }
         let path = if trimmed.is_empty() { "/" } else { trimmed };
         let vp = self.parse(path)?;
@@ -299,10 +308,31 @@ impl Sandbox {
             }
         })?;
         let base = self.display(&vp);
-        let mut out = Vec::new();
-        let mut stack: Vec<(Dir, String)> = vec![(dir, String::new())];
-        while let Some((dir, rel)) = stack.pop() {
-            let entries = dir.entries().map_err(|e| self.io_error("list", path, &e))?;
+        // A pattern without `/` or `**` only matches the first level: nothing below is read.
+        let deep = pattern.contains('/') || pattern.contains("**");
+        let mut out = Listing::default();
+        // Pending directories hold their parent's handle, not their own: depth-first, that
+        // keeps one open directory per level, however wide the tree.
+        let root = std::sync::Arc::new(dir);
+        let mut stack: Vec<(std::sync::Arc<Dir>, Option<String>, String)> = vec![(root, None, String::new())];
+        while let Some((parent, name, rel)) = stack.pop() {
+            let dir = match &name {
+                None => parent,
+                Some(n) => match parent.open_dir(n) {
+                    Ok(d) => std::sync::Arc::new(d),
+                    Err(e) => {
+                        out.unreadable.push(format!("{}/: {}", join(&base, &rel), describe_io(&e)));
+                        continue;
+                    }
+                },
+            };
+            let entries = match dir.entries() {
+                Ok(entries) => entries,
+                Err(e) => {
+                    out.unreadable.push(format!("{}/: {}", join(&base, &rel), describe_io(&e)));
+                    continue;
+                }
+            };
             for entry in entries {
                 let entry = entry.map_err(|e| self.io_error("list", path, &e))?;
                 let name = entry.file_name().to_string_lossy().into_owned();
@@ -311,23 +341,51 @@ impl Sandbox {
                 let child_vp = VirtualPath { mount: vp.mount, rel: vp.rel.iter().cloned().chain(rel_name.split('/').map(str::to_string)).collect() };
                 if ft.is_dir() {
                     if matcher.is_match(&rel_name) {
-                        out.push(format!("{}/", join(&base, &rel_name)));
+                        out.entries.push(format!("{}/", join(&base, &rel_name)));
                     }
-                    if let Ok(sub) = entry.open_dir() {
-                        stack.push((sub, rel_name));
+                    if deep {
+                        stack.push((dir.clone(), Some(name), rel_name));
                     }
                 } else if matcher.is_match(&rel_name) && self.check_suffix_vp(&child_vp, &rel_name).is_ok() {
-                    out.push(join(&base, &rel_name));
+                    out.entries.push(join(&base, &rel_name));
                 }
-                if out.len() >= LIST_LIMIT {
-                    out.sort();
+                if out.entries.len() >= LIST_LIMIT {
+                    out.truncated = true;
+                    out.entries.sort();
                     return Ok(out);
                 }
             }
         }
-        out.sort();
+        out.entries.sort();
         Ok(out)
     }
+}
+
+/// A checked deletion, carried out by [`PendingDelete::remove`].
+#[derive(Debug)]
+pub struct PendingDelete<'a> {
+    sandbox: &'a Sandbox,
+    dir: Dir,
+    name: String,
+    shown: String,
+}
+
+impl PendingDelete<'_> {
+    pub fn remove(self) -> Result<(), SandboxError> {
+        self.dir.remove_file(&self.name).map_err(|e| self.sandbox.io_error("delete", &self.shown, &e))
+    }
+}
+
+/// What `list` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    /// Matching paths, sorted; directories end in `/`.
+    pub entries: Vec<String>,
+    /// True when [`LIST_LIMIT`] entries were reached and the rest was not listed.
+    pub truncated: bool,
+    /// Directories that could not be read (`/data/sub/: permission denied…`): their
+    /// entries are missing from `entries`.
+    pub unreadable: Vec<String>,
 }
 
 fn join(base: &str, rel: &str) -> String {

@@ -29,7 +29,7 @@ pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
-pub use io::{FileKind, FileStat, ReadResult};
+pub use io::{FileKind, FileStat, Listing, ReadResult, LIST_LIMIT};
 pub use path::VirtualPath;
 
 /// Read-only or read-write.

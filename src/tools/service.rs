@@ -355,18 +355,24 @@ impl ToolService {
     pub fn delete_file(&self, path: &str) -> Result<Value, ToolError> {
         self.tool_allowed("delete_file")?;
         let sb = self.sandbox();
-        sb.resolve_for_write(path)?;
-        if !sb.exists(path)? {
-            return Err(SandboxError::NotFound { path: path.into(), hint: String::new() }.into());
-        }
+        // Checked (and the directory held) before anybody is asked; a link is deleted itself.
+        let pending = sb.prepare_delete(path)?;
         self.gate(sb.mount_of(path), Action::Delete, path)?;
-        sb.delete(path)?;
+        pending.remove()?;
         Ok(json!({"path": path, "deleted": true}))
     }
 
     pub fn list_files(&self, path: &str, pattern: &str) -> Result<Value, ToolError> {
         self.tool_allowed("list_files")?;
-        Ok(json!({"path": path, "entries": self.sandbox().list(path, pattern)?}))
+        let listing = self.sandbox().list(path, pattern)?;
+        let mut v = json!({"path": path, "entries": listing.entries});
+        if listing.truncated {
+            v["truncated"] = json!(format!("only the first {} entries are listed; narrow the path or the pattern", crate::sandbox::LIST_LIMIT));
+        }
+        if !listing.unreadable.is_empty() {
+            v["unreadable"] = json!(listing.unreadable);
+        }
+        Ok(v)
     }
 
     pub fn shell(&self, command: &str, timeout: u64) -> Result<Value, ToolError> {
