@@ -179,7 +179,8 @@ fn gc_removes_only_dead_old_broker_directories() {
     drop(l2);
     let (live, _listener) = make("live", 600);
     let removed = workcell::tools::broker::remove_stale_dirs();
-    assert!(removed.contains(&dead) && !dead.exists(), "the dead run's directory must go: {removed:?}");
+    // (Another test's `workcell gc` may have removed it first: gone is what counts.)
+    assert!(!dead.exists(), "the dead run's directory must go: {removed:?}");
     assert!(young.exists(), "a directory younger than a minute stays (its run may be starting)");
     assert!(live.exists(), "a live run's directory stays");
     for d in [young, live] {

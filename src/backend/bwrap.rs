@@ -449,9 +449,11 @@ mod runner {
     use std::os::unix::process::CommandExt;
     use std::time::Instant;
 
+    use crate::backend::outcome::Explained;
+
     use super::*;
     use crate::backend::cgroup::{RunCgroup, Support};
-    use crate::backend::{OnDemand, EXIT_INTERNAL, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+    use crate::backend::{OnDemand, EXIT_INTERNAL};
 
     /// Spawns `cmd` with `inherit` passed on (their `FD_CLOEXEC` cleared only for the spawn,
     /// under the process-wide spawn lock) and, with a cgroup, born inside its v1 directories.
@@ -644,7 +646,7 @@ mod runner {
         }
         if out.exit_code == 128 + 9 && cgroup.as_ref().is_some_and(RunCgroup::oom_killed) {
             let limit = plan.limits.memory_bytes.unwrap_or_default();
-            out.stderr.extend_from_slice(format!("workcell: the command was killed for using more than its memory limit ({limit} bytes)\n").as_bytes());
+            out.stderr.extend_from_slice(Explained::OutOfMemory(Some(limit)).message().as_bytes());
         }
         Ok(out)
     }
@@ -782,14 +784,11 @@ mod runner {
             return Err(BackendError::Failed(format!("cannot enforce the run's limits, so the worker was stopped before it started: {e}")));
         }
         if timed_out {
-            let t = plan.timeout().map(|t| humantime::format_duration(t).to_string()).unwrap_or_default();
-            eprintln!("workcell: the worker did not finish within {t}; it was stopped (exit {EXIT_TIMEOUT})");
-            return Ok(EXIT_TIMEOUT);
+            return Ok(Explained::TimedOut(plan.timeout()).report());
         }
         if let Some(code) = report.exit_code() {
             if code == 128 + 9 && cgroup.as_ref().is_some_and(|cg| cg.oom_killed()) {
-                let limit = plan.limits.memory_bytes.unwrap_or_default();
-                eprintln!("workcell: the worker was killed for using more than its memory limit ({limit} bytes); raise limits.memory if it needs more");
+                Explained::OutOfMemory(plan.limits.memory_bytes).report();
             }
             return Ok(code);
         }
@@ -808,18 +807,8 @@ mod runner {
         };
         let shown = crate::term::escape(prog);
         match resolve_command(plan, prog) {
-            CommandLookup::NotFound => {
-                let path = plan.env.get("PATH").map(String::as_str).unwrap_or("");
-                eprintln!(
-                    "workcell: {shown}: command not found inside the sandbox (PATH={}; only the system directories and the zones are visible)",
-                    crate::term::escape(path)
-                );
-                EXIT_NOT_FOUND
-            }
-            CommandLookup::NotExecutable(p) => {
-                eprintln!("workcell: {shown}: {} is not an executable file inside the sandbox", crate::term::escape(&p));
-                EXIT_NOT_EXECUTABLE
-            }
+            CommandLookup::NotFound => Explained::NotFound(prog.clone()).report(),
+            CommandLookup::NotExecutable(_) => Explained::NotExecutable(prog.clone()).report(),
             CommandLookup::Found | CommandLookup::Unknown => {
                 let hint = match probe() {
                     Ok(_) => "see bwrap's message above".to_string(),

@@ -26,6 +26,7 @@ pub mod bwrap;
 pub mod cgroup;
 pub mod docker;
 pub mod none;
+pub mod outcome;
 pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod seccomp;

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use super::{BackendError, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND};
+use super::BackendError;
 use crate::plan::LaunchPlan;
 
 /// Runs the plan's command unisolated; returns its exit status.
@@ -17,14 +17,8 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
     super::as_worker(&mut cmd, plan);
     match crate::backend::spawn_exclusive(|| cmd.spawn()).and_then(|mut c| c.wait()) {
         Ok(s) => Ok(exit_code_of(s)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("workcell: {}: command not found", crate::term::escape(prog));
-            Ok(EXIT_NOT_FOUND)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            eprintln!("workcell: {}: not executable", crate::term::escape(prog));
-            Ok(EXIT_NOT_EXECUTABLE)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(super::outcome::Explained::NotFound(prog.clone()).report()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(super::outcome::Explained::NotExecutable(prog.clone()).report()),
         Err(e) => Err(BackendError::Failed(format!("cannot start {prog}: {e}"))),
     }
 }

@@ -45,6 +45,9 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         for k in &report.kept {
             println!("kept container {k}: a running workcell owns it");
         }
+        for i in &report.images_in_use {
+            println!("kept image {i}: a container uses it");
+        }
         if let Some(why) = &report.docker_unavailable {
             eprintln!("workcell: containers and images were not checked: {why}");
         }

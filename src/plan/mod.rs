@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 mod control;
+mod workdir;
 
 use crate::config::{ImageRef, Limits, Project, Worker};
 use crate::sandbox::{Addressing, Sandbox};
@@ -158,8 +159,10 @@ pub enum PlanError {
     DomainAllowlist,
     #[error("zone '{0}' uses delivery: copy, which no backend implements yet; use delivery: bind")]
     CopyDelivery(String),
-    #[error("workdir '{0}' must be an absolute path inside the worker")]
-    BadWorkdir(String),
+    #[error("the working directory '{}' cannot be used: {reason}", crate::term::escape(workdir))]
+    BadWorkdir { workdir: String, reason: String },
+    #[error("nothing to run: the command's program name is empty")]
+    EmptyProgram,
     #[error("the writable zone {zone} ({}) contains the project directory: a worker could rename the project and put a workcell.yaml of its own in its place. Make the zone read-only, or use the project directory itself (the root form `root: .`) or a directory inside it", dir.display())]
     ZoneContainsProject { zone: String, dir: PathBuf },
     #[error("the build folder of worker '{worker}' is or contains the writable zone {zone}: a worker could rewrite what gets built. Put the Dockerfile in a folder of its own inside the project (like images/{worker}), or make the zone read-only")]
@@ -291,6 +294,9 @@ impl LaunchPlan {
             .clone()
             .or_else(|| worker.and_then(|w| w.command.clone()))
             .ok_or_else(|| PlanError::NoCommand { worker: worker_name.clone().unwrap_or_else(|| "WORKER".into()) })?;
+        if command.first().is_some_and(|p| p.is_empty()) {
+            return Err(PlanError::EmptyProgram);
+        }
         let image = match &ov.image {
             Some(i) => ImageRef::from_name(i),
             None => worker.and_then(|w| w.image.clone()).unwrap_or_else(|| project.defaults.image.clone()),
@@ -301,8 +307,7 @@ impl LaunchPlan {
         }
         let mounts = mounts_for(sandbox);
         let workdir = match ov.workdir.clone().or_else(|| worker.and_then(|w| w.workdir.clone())) {
-            Some(w) if w.starts_with('/') => w,
-            Some(w) => return Err(PlanError::BadWorkdir(w)),
+            Some(w) => w,
             None => mounts.iter().find(|m| !m.read_only).or(mounts.first()).map(|m| m.target.clone()).unwrap_or_else(|| "/tmp".into()),
         };
 
@@ -365,6 +370,8 @@ impl LaunchPlan {
             labels.insert(LABEL_WORKER.to_string(), w.clone());
         }
         let system = if image == ImageRef::Host { host_system_layout() } else { Vec::new() };
+        workdir::check(&workdir, &mounts, (image == ImageRef::Host).then_some(&system[..]))
+            .map_err(|reason| PlanError::BadWorkdir { workdir: workdir.clone(), reason })?;
         Ok(LaunchPlan {
             run_id,
             worker: worker_name,

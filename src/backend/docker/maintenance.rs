@@ -100,6 +100,8 @@ pub struct GcReport {
     pub errors: Vec<String>,
     /// Containers left alone because a live workcell process still owns them.
     pub kept: Vec<String>,
+    /// Stale images left alone because a container still uses them.
+    pub images_in_use: Vec<String>,
     /// Host leftovers removed (cgroups, broker and staging directories): `what path`.
     pub host: Vec<String>,
     /// Why Docker was not cleaned, when it could not be reached (the host is cleaned anyway).
@@ -201,6 +203,8 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
             match docker.remove_image(&t, Some(RemoveImageOptions { force: false, noprune: false, ..Default::default() }), None).await {
                 Ok(_) => report.images.push(t),
                 Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                // A container (a run in progress) still uses it: kept, not a failure.
+                Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => report.images_in_use.push(t),
                 Err(e) => report.errors.push(format!("image {t}: {}", api_message(&e))),
             }
         }

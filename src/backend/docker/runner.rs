@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::{image, render, DockerError};
-use crate::backend::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_TIMEOUT};
+use crate::backend::outcome::Explained;
 use crate::plan::LaunchPlan;
 
 /// Label holding the pid of the workcell process that owns a container; `workcell gc`
@@ -23,6 +23,8 @@ pub const LABEL_PID: &str = "dev.workcell.pid";
 /// How a supervised run ended, before cleanup.
 enum Ended {
     Exited(i32),
+    /// Killed by the kernel for exceeding the memory limit (the exit status, usually 137).
+    OomKilled(i32),
     TimedOut,
     Signalled(i32, &'static str),
 }
@@ -81,11 +83,11 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
     }
     match ended? {
         Ended::Exited(code) => Ok(code),
-        Ended::TimedOut => {
-            let t = plan.timeout().map(|d| humantime::format_duration(d).to_string()).unwrap_or_default();
-            eprintln!("workcell: the worker ran longer than its timeout ({t}) and was stopped; raise it with --timeout or `limits: {{timeout: ...}}`");
-            Ok(EXIT_TIMEOUT)
+        Ended::OomKilled(code) => {
+            Explained::OutOfMemory(plan.limits.memory_bytes).report();
+            Ok(code)
         }
+        Ended::TimedOut => Ok(Explained::TimedOut(plan.timeout()).report()),
         Ended::Signalled(code, name) => {
             eprintln!("workcell: interrupted by {name}; the container was removed");
             Ok(code)
@@ -238,6 +240,13 @@ async fn create_and_supervise(
     if let Some(t) = in_task {
         t.abort();
     }
+    // A SIGKILL status may be the kernel's OOM killer: the daemon records which.
+    if code == 137 {
+        let inspected = docker.inspect_container(name, None::<bollard::query_parameters::InspectContainerOptions>).await;
+        if inspected.ok().and_then(|c| c.state).and_then(|s| s.oom_killed) == Some(true) {
+            return Ok(Ended::OomKilled(code));
+        }
+    }
     Ok(Ended::Exited(code))
 }
 
@@ -310,9 +319,9 @@ fn rewrite_init_error(message: &[u8], command: &str, tty: bool) -> Option<Vec<u8
     }
     let reason = text.rsplit_once(" failed: ").map(|(_, r)| r.trim()).unwrap_or("");
     let msg = if reason.contains("No such file") {
-        format!("workcell: {command}: command not found inside the worker (exit {EXIT_NOT_FOUND}); it must be on the worker's PATH or in a mounted zone or system directory\n")
+        Explained::NotFound(command.to_string()).message()
     } else if reason.contains("Permission denied") {
-        format!("workcell: {command}: not executable inside the worker (exit {EXIT_NOT_EXECUTABLE}); check its mode (chmod +x) and that it is a program, not a directory\n")
+        Explained::NotExecutable(command.to_string()).message()
     } else {
         format!("workcell: {command}: cannot be executed inside the worker: {reason}\n")
     };
@@ -335,15 +344,13 @@ fn create_error(plan: &LaunchPlan, e: bollard::errors::Error) -> DockerError {
 /// (possible when the image's own init runs it directly), else to an error.
 fn start_error(plan: &LaunchPlan, e: bollard::errors::Error) -> Result<Ended, DockerError> {
     let msg = super::api_message(&e);
-    let command = crate::term::escape(plan.command.first().map(String::as_str).unwrap_or_default()).into_owned();
+    let program = plan.command.first().map(String::as_str).unwrap_or_default();
     let lower = msg.to_ascii_lowercase();
     if lower.contains("executable file not found") || (lower.contains("exec:") && lower.contains("no such file or directory")) {
-        eprintln!("workcell: {command}: command not found inside the worker (exit {EXIT_NOT_FOUND}); it must be on the worker's PATH or in a mounted zone or system directory");
-        return Ok(Ended::Exited(EXIT_NOT_FOUND));
+        return Ok(Ended::Exited(Explained::NotFound(program.to_string()).report()));
     }
     if lower.contains("exec:") && lower.contains("permission denied") {
-        eprintln!("workcell: {command}: not executable inside the worker (exit {EXIT_NOT_EXECUTABLE}); check its mode (chmod +x)");
-        return Ok(Ended::Exited(EXIT_NOT_EXECUTABLE));
+        return Ok(Ended::Exited(Explained::NotExecutable(program.to_string()).report()));
     }
     Err(DockerError::Api { what: "start the container".into(), source: e })
 }
