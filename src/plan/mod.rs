@@ -257,6 +257,12 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
     out
 }
 
+/// The working directory of a run that names none: the first writable mount, else the first
+/// mount, else `/tmp`.
+pub fn default_workdir(mounts: &[PlanMount]) -> String {
+    mounts.iter().find(|m| !m.read_only).or(mounts.first()).map(|m| m.target.clone()).unwrap_or_else(|| "/tmp".into())
+}
+
 /// The host user workers run as when workcell runs as root and the project's owner is root
 /// too (`nobody:nogroup` on Debian and most distributions).
 pub const FALLBACK_USER: UserSpec = UserSpec { uid: 65534, gid: 65534 };
@@ -308,7 +314,7 @@ impl LaunchPlan {
         let mounts = mounts_for(sandbox);
         let workdir = match ov.workdir.clone().or_else(|| worker.and_then(|w| w.workdir.clone())) {
             Some(w) => w,
-            None => mounts.iter().find(|m| !m.read_only).or(mounts.first()).map(|m| m.target.clone()).unwrap_or_else(|| "/tmp".into()),
+            None => default_workdir(&mounts),
         };
 
         let mut env = BTreeMap::new();

@@ -14,6 +14,7 @@ mod derive;
 mod error;
 mod expand;
 mod io;
+mod links;
 mod path;
 mod protect;
 
@@ -30,6 +31,7 @@ use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
 pub use io::{FileKind, FileStat, Listing, ReadResult, LIST_LIMIT};
+pub use links::{FollowError, Followed};
 pub use path::VirtualPath;
 
 /// Read-only or read-write.

@@ -4,7 +4,10 @@
 pub mod approval;
 pub mod audit;
 pub mod broker;
+pub mod git_guard;
+pub mod launchers;
 pub mod mcp;
 pub mod runner;
 pub mod service;
 pub mod shell;
+pub mod shell_paths;

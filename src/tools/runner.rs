@@ -9,7 +9,7 @@ use serde_json::json;
 use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
 use super::audit::AuditLog;
 use super::broker::Broker;
-use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ToolService};
+use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
 use crate::backend::{self, Captured};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
@@ -66,18 +66,30 @@ impl BackendRunner {
 }
 
 impl SandboxRunner for BackendRunner {
-    fn run(&self, sandbox: &Sandbox, args: &[String], timeout_secs: u64) -> Result<ShellOutput, String> {
+    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, String> {
+        if let Some(running) = self.exec_in.get() {
+            let mut plan = running.clone();
+            plan.workdir = cmd.workdir.clone();
+            plan.env.extend(cmd.env.iter().cloned());
+            return backend::docker::exec_captured(&plan, &cmd.args, Duration::from_secs(timeout_secs)).map(to_output).map_err(|e| e.to_string());
+        }
         let ov = Overrides {
-            command: Some(args.to_vec()),
+            command: Some(cmd.args.clone()),
             limits: Limits { timeout: Some(Duration::from_secs(timeout_secs)), ..Limits::default() },
+            env: cmd.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            workdir: Some(cmd.workdir.clone()),
             ..Overrides::default()
         };
-        if let Some(running) = self.exec_in.get() {
-            return backend::docker::exec_captured(running, args, Duration::from_secs(timeout_secs)).map(to_output).map_err(|e| e.to_string());
-        }
         let plan = LaunchPlan::build(&self.project, None, sandbox, &ov).map_err(|e| e.to_string())?;
         let selected = self.select(&plan)?;
         backend::run_captured(selected, &plan).map(to_output).map_err(|e| e.to_string())
+    }
+
+    fn workdir(&self, sandbox: &Sandbox) -> String {
+        match self.exec_in.get() {
+            Some(running) => running.workdir.clone(),
+            None => crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)),
+        }
     }
 
     fn run_worker(

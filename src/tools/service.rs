@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 
 use super::approval::{Action, ApprovalRequest, Approver, Decision};
 use super::audit::AuditLog;
+use super::git_guard;
+use super::launchers::analyse;
 use super::shell::{ShellDecision, ShellPolicy};
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError, ZoneMode};
@@ -65,8 +67,11 @@ pub struct ShellOutput {
 /// Runs commands inside a sandbox: a fresh boundary per call (bwrap, docker, or — only when
 /// chosen — none). Injected so the service does not depend on one backend.
 pub trait SandboxRunner: Send + Sync {
-    /// Runs `args` with `sandbox`'s filesystem and network, within `timeout_secs`.
-    fn run(&self, sandbox: &Sandbox, args: &[String], timeout_secs: u64) -> Result<ShellOutput, String>;
+    /// Runs `cmd` with `sandbox`'s filesystem and network, within `timeout_secs`.
+    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, String>;
+    /// The working directory a shell command would get by default: the shell rules judge
+    /// relative paths from it, and [`SandboxRunner::run`] is then given it explicitly.
+    fn workdir(&self, sandbox: &Sandbox) -> String;
     /// Runs a child worker with `sandbox`, its input and its attachments (host files copied
     /// into a private directory the child sees read-only); returns its output.
     fn run_worker(
@@ -78,6 +83,16 @@ pub trait SandboxRunner: Send + Sync {
         depth: usize,
         chain: &[String],
     ) -> Result<ShellOutput, String>;
+}
+
+/// A shell command as the tool service runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShellRun {
+    pub args: Vec<String>,
+    /// Added to the run's environment (see `git_guard`).
+    pub env: Vec<(String, String)>,
+    /// The directory the command starts in (the one its paths were judged from).
+    pub workdir: String,
 }
 
 /// A file handed to a child worker: its name and content, read beneath the caller's sandbox
@@ -377,7 +392,8 @@ impl ToolService {
 
     pub fn shell(&self, command: &str, timeout: u64) -> Result<Value, ToolError> {
         let sb = self.sandbox();
-        let (args, approval_required, rule) = match self.shell.decide(command, &sb) {
+        let workdir = self.runner.workdir(&sb);
+        let (args, approval_required, rule) = match self.shell.decide_in(command, &sb, &workdir) {
             ShellDecision::Refused { reason } => return Err(ToolError::Refused(format!("cannot run '{command}': {reason}"))),
             ShellDecision::Allowed { args, approval_required, rule } => (args, approval_required, rule),
         };
@@ -385,8 +401,9 @@ impl ToolService {
             let scope = rule.clone().unwrap_or_else(|| command.to_string());
             self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
         }
+        let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env: git_guard::env(), workdir };
         let mut out =
-            self.runner.run(&sb, &args, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
+            self.runner.run(&sb, &run, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
         cap(&mut out.stdout);
         cap(&mut out.stderr);
         if out.timed_out {

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use super::launchers::{analyse, program_name, Stage};
+use super::shell_paths;
 use crate::config::{Rule, ShellRule};
 use crate::sandbox::Sandbox;
 
@@ -61,40 +63,53 @@ pub fn check_metacharacters(command: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuses ASCII control characters (and the C1 range), which a terminal showing the command
+/// to a person may interpret (`\r` rewrites the line, ESC starts an escape sequence), so the
+/// command approved would not be the command run. A tab counts as a space.
+pub fn check_control_characters(command: &str) -> Result<(), String> {
+    match command.chars().find(|&c| c != '\t' && c != '\n' && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c))) {
+        Some(c) => Err(format!(
+            "the command contains the control character U+{:04X}; commands may hold printable characters, spaces and tabs only (a terminal could otherwise show a different command than the one run)",
+            c as u32
+        )),
+        None => Ok(()),
+    }
+}
+
 /// True when `pattern`'s words are the first words of `args` (whole words: `git` does not
-/// match `gitx`).
+/// match `gitx`), compared literally.
 pub fn matches(pattern: &str, args: &[String]) -> bool {
     let words = shlex::split(pattern).unwrap_or_default();
     !words.is_empty() && args.len() >= words.len() && words.iter().zip(args).all(|(w, a)| w == a)
 }
 
-/// Arguments that look like paths: contain `/`, or start with `.` or `~`.
-fn path_like(arg: &str) -> bool {
-    !arg.starts_with('-') && (arg.contains('/') || arg.starts_with('.') || arg.starts_with('~'))
-}
-
-/// Checks that every path-like argument after the pattern lies inside one of `allowed`
-/// (sandbox paths, compared after the sandbox's own parsing, so `..` cannot escape).
-fn check_sandbox_paths(args: &[String], pattern_len: usize, allowed: &[String], sandbox: &Sandbox) -> Result<(), String> {
-    let prefixes: Vec<_> = allowed.iter().filter_map(|p| sandbox.parse_for_compare(p).ok()).collect();
-    for arg in args.iter().skip(pattern_len).filter(|a| path_like(a)) {
-        let inside = sandbox.parse_for_compare(arg).ok().is_some_and(|vp| prefixes.iter().any(|p| p.mount == vp.mount && vp.rel.starts_with(&p.rel)));
-        if !inside {
-            return Err(format!("the argument '{arg}' is outside the paths this command may use: {}", allowed.join(", ")));
-        }
+/// True when `pattern` names `stage`'s program (by name: a rule `rm` or `/bin/rm` covers
+/// `/usr/bin/rm` and `./rm`) and its further words start the stage's arguments.
+pub fn names_stage(pattern: &str, stage: &Stage) -> bool {
+    let words = shlex::split(pattern).unwrap_or_default();
+    match words.split_first() {
+        Some((program, rest)) => program_name(program) == stage.name && stage.args.len() >= rest.len() && rest.iter().zip(&stage.args).all(|(w, a)| w == a),
+        None => false,
     }
-    Ok(())
 }
 
 impl ShellPolicy {
-    /// Decides about `command`: `tool_rules.shell.allowed` → the first matching rule →
-    /// `shell_default` → `tool_rules.shell.approval_required` (default: ask).
+    /// Decides about `command` run in the default working directory of a fresh sandbox.
     pub fn decide(&self, command: &str, sandbox: &Sandbox) -> ShellDecision {
+        self.decide_in(command, sandbox, &crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)))
+    }
+
+    /// Decides about `command`, run in `workdir` (relative paths are judged from there):
+    /// `tool_rules.shell.allowed` → the first matching rule → `shell_default` →
+    /// `tool_rules.shell.approval_required` (default: ask). A deny rule matches when any
+    /// program the command runs (through launchers, `find -exec`, `sh -c`) is the one it
+    /// names; an allow rule only when the command is that program, started directly.
+    pub fn decide_in(&self, command: &str, sandbox: &Sandbox, workdir: &str) -> ShellDecision {
         let refuse = |reason: String| ShellDecision::Refused { reason };
         if self.tool.allowed == Some(false) {
             return refuse("the shell tool is disabled for this worker (tool_rules.shell.allowed: false)".into());
         }
-        if let Err(reason) = check_metacharacters(command) {
+        if let Err(reason) = check_control_characters(command).and_then(|_| check_metacharacters(command)) {
             return refuse(reason);
         }
         let args = match shlex::split(command) {
@@ -102,22 +117,48 @@ impl ShellPolicy {
             Some(_) => return refuse("the command is empty".into()),
             None => return refuse("the command cannot be split into arguments (unbalanced quotes?)".into()),
         };
-        if let Some(rule) = self.rules.iter().find(|r| matches(&r.pattern, &args)) {
+        let chain = analyse(&args);
+        for rule in &self.rules {
             if !rule.allowed {
-                return refuse(format!("commands starting with '{}' are not allowed for this worker", rule.pattern));
+                if let Some(stage) = chain.stages.iter().find(|s| names_stage(&rule.pattern, s)) {
+                    let via = if chain.stages.len() > 1 {
+                        format!(" (the command runs {})", chain.stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" → "))
+                    } else {
+                        String::new()
+                    };
+                    return refuse(format!("'{}' is not allowed for this worker (rule '{}' denies it){via}", stage.name, rule.pattern));
+                }
+                if let Some(why) = &chain.opaque {
+                    return refuse(format!(
+                        "which program this command runs cannot be told ({why}), and rule '{}' denies some programs; run the program directly",
+                        rule.pattern
+                    ));
+                }
+                continue;
+            }
+            if !(chain.is_plain() && matches(&rule.pattern, &args)) {
+                continue;
             }
             if !rule.sandbox_paths.is_empty() {
                 let n = shlex::split(&rule.pattern).map(|w| w.len()).unwrap_or(0);
-                if let Err(reason) = check_sandbox_paths(&args, n, &rule.sandbox_paths, sandbox) {
+                if let Err(reason) = shell_paths::check(&args[n..], &rule.sandbox_paths, sandbox, workdir) {
                     return refuse(reason);
                 }
             }
             return ShellDecision::Allowed { args, approval_required: rule.approval_required, rule: Some(rule.pattern.clone()) };
         }
+        // Why an allow rule did not apply, when it names a program this command runs.
+        let launched = self
+            .rules
+            .iter()
+            .filter(|r| r.allowed && !chain.is_plain() && chain.stages.iter().any(|s| names_stage(&r.pattern, s)))
+            .map(|r| format!(" (rule '{}' covers that program only when it is run directly, not through a launcher or find -exec)", r.pattern))
+            .next()
+            .unwrap_or_default();
         if self.default.allowed == Some(false) {
             let allowed: Vec<&str> = self.rules.iter().filter(|r| r.allowed).map(|r| r.pattern.as_str()).collect();
             return refuse(format!(
-                "no shell rule matches this command and shell_default does not allow others; allowed commands start with: {}",
+                "no shell rule matches this command and shell_default does not allow others; allowed commands start with: {}{launched}",
                 if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
             ));
         }

@@ -1,0 +1,349 @@
+//! Which programs a command line runs, as far as its words show: the program word normalised
+//! to its name (`/bin/rm` → `rm`), then through known launchers (`env rm`, `busybox rm`,
+//! `nice -n 5 rm`, `sh -c "rm x"`, `find -exec rm {} +`, …) recursively. Shell rules deny a
+//! command when *any* of these programs is denied, and pre-approve one only when it runs no
+//! launcher at all.
+
+/// Launchers nested deeper than this are not followed (the command is then opaque).
+const MAX_DEPTH: usize = 16;
+
+/// One program the command line runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    /// The program's name: the last component of its word (`/usr/bin/rm` → `rm`).
+    pub name: String,
+    /// Its arguments (the words after the program word).
+    pub args: Vec<String>,
+}
+
+/// Every program of a command line, the first word's first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Chain {
+    pub stages: Vec<Stage>,
+    /// Set when a launcher's words could not be read (an option it is not known to take, a
+    /// shell string with globs, nesting too deep): which program runs is then unknown.
+    pub opaque: Option<String>,
+}
+
+impl Chain {
+    /// True when the command is exactly one program, started directly.
+    pub fn is_plain(&self) -> bool {
+        self.stages.len() == 1 && self.opaque.is_none()
+    }
+}
+
+/// The name a program word runs: its last path component (`./rm`, `/bin/rm/` → `rm`).
+pub fn program_name(word: &str) -> &str {
+    let w = word.trim_end_matches('/');
+    w.rsplit('/').next().unwrap_or(w)
+}
+
+/// The programs `argv` runs.
+pub fn analyse(argv: &[String]) -> Chain {
+    let mut chain = Chain::default();
+    walk(argv, &mut chain, 0);
+    chain
+}
+
+/// Options of one launcher: short letters taking a value, short flags, long options taking
+/// a value, long flags (long options with `=value` are accepted for both).
+struct Opts {
+    short_val: &'static str,
+    short_flag: &'static str,
+    long_val: &'static [&'static str],
+    long_flag: &'static [&'static str],
+    /// `nice -5 cmd`: a bare number is an option.
+    numeric: bool,
+}
+
+/// Index of the first word after `words`' options, or why they cannot be read.
+fn skip_opts(words: &[String], o: &Opts) -> Result<usize, String> {
+    let mut i = 0;
+    while i < words.len() {
+        let w = words[i].as_str();
+        if w == "--" {
+            return Ok(i + 1);
+        }
+        if let Some(long) = w.strip_prefix("--") {
+            let (name, has_value) = match long.split_once('=') {
+                Some((n, _)) => (n, true),
+                None => (long, false),
+            };
+            if o.long_val.contains(&name) {
+                i += if has_value { 1 } else { 2 };
+            } else if o.long_flag.contains(&name) {
+                i += 1;
+            } else {
+                return Err(format!("unknown option '{w}'"));
+            }
+            continue;
+        }
+        if w.len() > 1 && w.starts_with('-') {
+            let body = &w[1..];
+            if o.numeric && body.chars().all(|c| c.is_ascii_digit()) {
+                i += 1;
+                continue;
+            }
+            let mut step = 1;
+            for (at, c) in body.char_indices() {
+                if o.short_val.contains(c) {
+                    // The value is the rest of this word, else the next word.
+                    if at + c.len_utf8() == body.len() {
+                        step = 2;
+                    }
+                    break;
+                }
+                if !o.short_flag.contains(c) {
+                    return Err(format!("unknown option '{w}'"));
+                }
+            }
+            i += step;
+            continue;
+        }
+        return Ok(i);
+    }
+    Ok(words.len())
+}
+
+const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"];
+
+/// Words of a shell's `-c` string that the shell would expand or interpret further
+/// (globs, braces, tildes, escapes, quotes are handled by the split) or builtins that run
+/// other words as commands.
+fn shell_string_is_opaque(s: &str, words: &[String]) -> bool {
+    const BUILTINS: &[&str] = &[
+        "eval", "exec", "command", "builtin", ".", "source", "trap", "alias", "function", "coproc", "time", "!", "{", "(", "if", "for", "while", "until",
+        "case",
+    ];
+    s.contains(['*', '?', '[', '{', '~', '\\', '(', ')', '=', '#']) || words.first().is_some_and(|w| BUILTINS.contains(&w.as_str()))
+}
+
+fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
+    let Some(word) = argv.first() else { return };
+    if depth > MAX_DEPTH {
+        chain.opaque = Some("launchers are nested too deeply".into());
+        return;
+    }
+    let name = program_name(word).to_string();
+    let rest = &argv[1..];
+    chain.stages.push(Stage { name: name.clone(), args: rest.to_vec() });
+    let next: Result<Option<Vec<String>>, String> = match name.as_str() {
+        "env" => env_program(rest),
+        "busybox" => Ok(rest.first().filter(|w| !w.starts_with('-')).map(|_| rest.to_vec())),
+        "nice" => after(rest, &Opts { short_val: "n", short_flag: "", long_val: &["adjustment"], long_flag: &[], numeric: true }, 0),
+        "nohup" | "setsid" => after(rest, &Opts { short_val: "", short_flag: "cfw", long_val: &[], long_flag: &["ctty", "fork", "wait"], numeric: false }, 0),
+        "time" => after(
+            rest,
+            &Opts {
+                short_val: "fo",
+                short_flag: "apqv",
+                long_val: &["format", "output"],
+                long_flag: &["append", "portability", "quiet", "verbose"],
+                numeric: false,
+            },
+            0,
+        ),
+        "timeout" => after(
+            rest,
+            &Opts {
+                short_val: "ks",
+                short_flag: "fpv",
+                long_val: &["kill-after", "signal"],
+                long_flag: &["foreground", "preserve-status", "verbose"],
+                numeric: false,
+            },
+            1,
+        ),
+        "stdbuf" => after(rest, &Opts { short_val: "ioe", short_flag: "", long_val: &["input", "output", "error"], long_flag: &[], numeric: false }, 0),
+        "ionice" => after(
+            rest,
+            &Opts { short_val: "cnpPu", short_flag: "t", long_val: &["class", "classdata", "pid", "pgid", "uid"], long_flag: &["ignore"], numeric: false },
+            0,
+        ),
+        "chrt" => after(
+            rest,
+            &Opts {
+                short_val: "TPD",
+                short_flag: "abdfiomprRv",
+                long_val: &["sched-runtime", "sched-period", "sched-deadline"],
+                long_flag: &["all-tasks", "batch", "deadline", "fifo", "idle", "other", "max", "pid", "rr", "reset-on-fork", "verbose"],
+                numeric: false,
+            },
+            1,
+        ),
+        "taskset" => after(rest, &Opts { short_val: "", short_flag: "acp", long_val: &[], long_flag: &["all-tasks", "cpu-list", "pid"], numeric: false }, 1),
+        "sudo" | "doas" => after(
+            rest,
+            &Opts {
+                short_val: "CDghpRrTtUu",
+                short_flag: "AbEeHiKklLnPSsVv",
+                long_val: &["close-from", "chdir", "group", "host", "prompt", "chroot", "role", "command-timeout", "type", "other-user", "user"],
+                long_flag: &[
+                    "askpass",
+                    "background",
+                    "preserve-env",
+                    "edit",
+                    "set-home",
+                    "login",
+                    "remove-timestamp",
+                    "reset-timestamp",
+                    "list",
+                    "non-interactive",
+                    "preserve-groups",
+                    "stdin",
+                    "shell",
+                ],
+                numeric: false,
+            },
+            0,
+        ),
+        "xargs" => xargs_program(rest),
+        "flock" => flock_program(rest),
+        "find" => {
+            find_programs(rest, chain, depth);
+            Ok(None)
+        }
+        n if SHELLS.contains(&n) => shell_program(rest),
+        _ => Ok(None),
+    };
+    match next {
+        Ok(Some(words)) => walk(&words, chain, depth + 1),
+        Ok(None) => {}
+        Err(why) => {
+            chain.opaque.get_or_insert(format!("{name}: {why}"));
+        }
+    }
+}
+
+/// The words after `rest`'s options and `positional` fixed operands (timeout's duration,
+/// chrt's priority, taskset's mask): the program and its arguments, if any.
+fn after(rest: &[String], o: &Opts, positional: usize) -> Result<Option<Vec<String>>, String> {
+    let i = skip_opts(rest, o)? + positional;
+    Ok((i < rest.len()).then(|| rest[i..].to_vec()))
+}
+
+/// `env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... [PROGRAM ARGS]`.
+fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+    let o = Opts {
+        short_val: "uCS",
+        short_flag: "i0v",
+        long_val: &["unset", "chdir", "split-string"],
+        long_flag: &["ignore-environment", "null", "debug", "default-signal", "ignore-signal", "block-signal", "list-signal-handling"],
+        numeric: false,
+    };
+    // `-S STRING` splits STRING into words that come before the rest: read them too.
+    let mut words: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        let w = &rest[i];
+        let split = if w == "-S" || w == "--split-string" {
+            i += 1;
+            rest.get(i).cloned()
+        } else {
+            w.strip_prefix("--split-string=").or_else(|| w.strip_prefix("-S").filter(|s| !s.is_empty())).map(str::to_string)
+        };
+        match split {
+            Some(s) => words.extend(shlex::split(&s).ok_or("-S string cannot be split")?),
+            None => words.push(w.clone()),
+        }
+        i += 1;
+    }
+    if rest.iter().any(|w| w == "-") {
+        // `env -` is `env -i`.
+        words.retain(|w| w != "-");
+    }
+    let mut i = skip_opts(&words, &o)?;
+    while words.get(i).is_some_and(|w| w.contains('=') && !w.starts_with('=')) {
+        i += 1;
+    }
+    Ok((i < words.len()).then(|| words[i..].to_vec()))
+}
+
+/// `xargs [OPTIONS] [PROGRAM ARGS]`: the program (default `echo`) gets more arguments from
+/// standard input (empty in the shell tool) or from `-a FILE`.
+fn xargs_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+    let o = Opts {
+        short_val: "adEILnPs",
+        short_flag: "0eilprtx",
+        long_val: &["arg-file", "delimiter", "max-lines", "max-args", "max-procs", "max-chars", "process-slot-var"],
+        long_flag: &["null", "eof", "replace", "interactive", "no-run-if-empty", "verbose", "exit", "show-limits", "open-tty"],
+        numeric: false,
+    };
+    let i = skip_opts(rest, &o)?;
+    Ok(Some(if i < rest.len() { rest[i..].to_vec() } else { vec!["echo".into()] }))
+}
+
+/// `flock [OPTIONS] FILE PROGRAM ARGS` or `flock [OPTIONS] FILE -c STRING`.
+fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+    let o = Opts {
+        short_val: "wEc",
+        short_flag: "sxunoFh",
+        long_val: &["timeout", "conflict-exit-code", "command"],
+        long_flag: &["shared", "exclusive", "unlock", "nonblock", "close", "no-fork", "verbose"],
+        numeric: false,
+    };
+    if rest.iter().any(|w| w == "-c" || w.starts_with("--command")) {
+        return Err("-c runs a shell string".into());
+    }
+    let i = skip_opts(rest, &o)? + 1;
+    Ok((i < rest.len()).then(|| rest[i..].to_vec()))
+}
+
+/// `sh [OPTIONS] -c STRING [NAME ARGS]`: STRING split into words. Without `-c` the shell reads
+/// a script (not followed: see the README).
+fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+    let mut i = 0;
+    let mut wants_string = false;
+    while i < rest.len() {
+        let w = &rest[i];
+        if w == "--" || !(w.starts_with('-') || w.starts_with('+')) || w.len() < 2 {
+            break;
+        }
+        if w.starts_with("--") {
+            // Of the long options (`--norc`, `--login`, …) only these take a value.
+            i += if w == "--rcfile" || w == "--init-file" { 2 } else { 1 };
+            continue;
+        }
+        if w[1..].contains('c') {
+            wants_string = true;
+        }
+        // `-o OPTION` and bash's `-O SHOPT` take the next word.
+        i += if w[1..].ends_with(['o', 'O']) { 2 } else { 1 };
+    }
+    if !wants_string {
+        return Ok(None);
+    }
+    if rest.get(i).is_some_and(|w| w == "--") {
+        i += 1;
+    }
+    let Some(s) = rest.get(i) else { return Ok(None) };
+    let words = shlex::split(s).ok_or("the -c string cannot be split")?;
+    if shell_string_is_opaque(s, &words) {
+        return Err("the -c string uses shell expansions or builtins, so the program it runs cannot be told".into());
+    }
+    Ok((!words.is_empty()).then_some(words))
+}
+
+/// `find … -exec PROGRAM ARGS {} +` (and `-execdir`, `-ok`, `-okdir`) runs PROGRAM;
+/// `-delete` deletes like `rm` and is listed as `rm`.
+fn find_programs(rest: &[String], chain: &mut Chain, depth: usize) {
+    let mut i = 0;
+    while i < rest.len() {
+        match rest[i].as_str() {
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                let start = i + 1;
+                let mut end = start;
+                while end < rest.len() && rest[end] != ";" && rest[end] != "+" {
+                    end += 1;
+                }
+                walk(&rest[start..end], chain, depth + 1);
+                i = end + 1;
+            }
+            "-delete" => {
+                chain.stages.push(Stage { name: "rm".into(), args: Vec::new() });
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! `sandbox_paths` of a shell rule: every word after the pattern that could name a file is
+//! taken as one, relative to the command's working directory, walked as the kernel would walk
+//! it (symlinks read beneath the zones' handles), and must land inside an allowed prefix.
+
+use crate::sandbox::{Sandbox, VirtualPath};
+
+/// Longest option word whose attached value is checked position by position.
+const MAX_OPTION_WORD: usize = 256;
+
+/// The texts of `args` that may name files: non-options (everything after `--`), the value
+/// of `--opt=value`, and for a short option with attached text (`-o/path`, `-xo../p`) every
+/// tail from its third character on, since which letters take a value is the program's.
+pub fn path_candidates(args: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut options_done = false;
+    for a in args {
+        if options_done || !a.starts_with('-') || a == "-" {
+            out.push(a.clone());
+        } else if a == "--" {
+            options_done = true;
+        } else if let Some(long) = a.strip_prefix("--") {
+            if let Some((_, value)) = long.split_once('=') {
+                out.push(value.to_string());
+            }
+        } else if a.len() > 2 {
+            if a.len() > MAX_OPTION_WORD {
+                return Err(format!("the option '{}…' is too long to check against sandbox_paths", a.chars().take(32).collect::<String>()));
+            }
+            out.extend(a.char_indices().skip(2).map(|(i, _)| a[i..].to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks every candidate of `args` (the words after the rule's pattern) against `allowed`.
+pub fn check(args: &[String], allowed: &[String], sandbox: &Sandbox, workdir: &str) -> Result<(), String> {
+    let prefixes: Vec<VirtualPath> = allowed.iter().filter_map(|p| sandbox.parse_for_compare(p).ok()).collect();
+    let outside = |arg: &str, why: String| {
+        format!(
+            "the argument '{arg}' is outside the paths this command may use: {}{why}. Every word after the pattern is checked as a path (relative ones from the working directory {workdir})",
+            allowed.join(", ")
+        )
+    };
+    for c in path_candidates(args)? {
+        // `-` is standard input or output, not a file.
+        if c == "-" {
+            continue;
+        }
+        let full = if c.starts_with('/') { c.clone() } else { format!("{}/{c}", workdir.trim_end_matches('/')) };
+        let followed = sandbox.follow_command_path(&full).map_err(|e| outside(&c, format!(" ({e})")))?;
+        let vp = followed.path;
+        if !prefixes.iter().any(|p| p.mount == vp.mount && vp.rel.starts_with(&p.rel)) {
+            let shown = sandbox.display(&vp);
+            let why = if shown != c { format!(" (it leads to {shown})") } else { String::new() };
+            return Err(outside(&c, why));
+        }
+    }
+    Ok(())
+}
