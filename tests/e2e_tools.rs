@@ -282,6 +282,66 @@ fn no_broker_means_no_socket_and_no_token(backend: &str) {
     assert_eq!(without, "token=none\n");
 }
 
+/// Shell rules through the real shell tool: a denied `rm` stays denied under other names and
+/// launchers, `sandbox_paths` judge relative paths from the working directory (`/out`), and a
+/// pre-approved `git status` / `git commit` in a repository whose config and hooks the worker
+/// wrote run none of them.
+fn shell_rules_see_through_launchers_and_git(backend: &str) {
+    if !available(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(out.join("pub")).expect("mkdir");
+    std::fs::write(out.join("pub/ok.txt"), "PUBLIC-TEXT").expect("write");
+    std::fs::write(out.join("secret.txt"), "SECRET-TEXT").expect("write");
+    std::fs::write(out.join("victim"), "still here").expect("write");
+    let git = |args: &[&str]| assert!(Command::new("git").args(args).current_dir(&out).status().expect("git").success(), "git {args:?}");
+    git(&["init", "-q", "."]);
+    git(&["config", "user.email", "w@example.invalid"]);
+    git(&["config", "user.name", "worker"]);
+    git(&["config", "core.fsmonitor", "touch /out/FSMONITOR-RAN;"]);
+    std::fs::write(out.join(".git/hooks/pre-commit"), "#!/bin/sh\ntouch /out/HOOK-RAN\n").expect("hook");
+    std::fs::set_permissions(out.join(".git/hooks/pre-commit"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let shell = |cmd: &str| format!(r#"{CURL} --data-binary '{{"command":"{cmd}"}}' http://workcell/v1/tools/shell; echo"#);
+    let cmds = [
+        "/bin/rm victim",
+        "busybox rm victim",
+        "env rm victim",
+        "nice -n 5 rm victim",
+        "cat pub/ok.txt",
+        "cat secret.txt",
+        "git status",
+        "git commit --allow-empty -q -m x",
+    ];
+    let w = worker(
+        "sandbox:\n  zones:\n    - {name: out, mode: rw}\nshell_rules:\n  - {pattern: rm, allowed: false}\n  - {pattern: cat, sandbox_paths: [/out/pub], approval_required: false}\n  - {pattern: git status, approval_required: false}\n  - {pattern: git commit, approval_required: false}\nshell_default: {allowed: true, approval_required: false}\n",
+        &cmds.iter().map(|c| shell(c)).collect::<Vec<_>>().join("; "),
+    );
+    // Writes need nobody: the zone is writable in the OS sandbox, so only the rules stand
+    // between `rm` and the victim.
+    write_project(
+        tmp.path(),
+        "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+        &[("sheller", &w)],
+    );
+    support::give_to_worker(tmp.path());
+    let run =
+        Command::new(env!("CARGO_BIN_EXE_workcell")).args(["run", "--strict", "--backend", backend, "sheller"]).current_dir(tmp.path()).output().expect("run");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(stdout.matches("'rm' is not allowed").count(), 4, "every form of rm is refused: {stdout}");
+    assert!(out.join("victim").exists(), "{stdout}");
+    assert!(stdout.contains("PUBLIC-TEXT"), "{stdout}");
+    assert!(!stdout.contains("SECRET-TEXT") && stdout.contains("the argument 'secret.txt' is outside the paths this command may use: /out/pub"), "{stdout}");
+    assert!(stdout.contains("On branch") || stdout.contains("No commits yet"), "git status ran: {stdout}");
+    assert!(!out.join("FSMONITOR-RAN").exists(), "core.fsmonitor ran: {stdout}");
+    assert!(!out.join("HOOK-RAN").exists(), "the pre-commit hook ran: {stdout}");
+    let log =
+        Command::new("git").args(["-c", "safe.directory=*", "-c", "core.fsmonitor=false", "log", "--oneline"]).current_dir(&out).output().expect("git log");
+    assert!(String::from_utf8_lossy(&log.stdout).contains(" x"), "git commit ran: {stdout}");
+}
+
 macro_rules! suite {
     ($($backend:ident),*) => {$(
         mod $backend {
@@ -299,6 +359,8 @@ macro_rules! suite {
             fn no_broker_means_no_socket_and_no_token() { super::no_broker_means_no_socket_and_no_token(stringify!($backend)) }
             #[test]
             fn shell_runs_inside_the_sandbox_under_its_rules() { super::shell_runs_inside_the_sandbox_under_its_rules(stringify!($backend)) }
+            #[test]
+            fn shell_rules_see_through_launchers_and_git() { super::shell_rules_see_through_launchers_and_git(stringify!($backend)) }
         }
     )*};
 }
