@@ -89,11 +89,11 @@ fn a_denied_program_is_refused_however_it_is_started() {
     }
     // Launcher words that cannot be read, or shell strings the shell would expand: which
     // program runs is unknown, and a deny rule exists.
-    for cmd in ["sh -c '/bin/r? x'", "nice --weird rm x", "bash -c 'eval rm x'", "sh -c 'X=1 rm x'", "flock -c 'rm x' /tmp/l"] {
+    for cmd in ["sh -c '/bin/r? x'", "nice --weird rm x", "bash -c 'eval rm x'", "sh -c 'X=1 rm x'", "flock -c 'rm x' /tmp/l", "env -iS 'rm x'"] {
         assert!(reason(&policy.decide(cmd, &p.sandbox)).contains("cannot be told"), "{cmd}");
     }
     // Words that merely mention rm are fine.
-    for cmd in ["echo rm", "git rm --cached x", "ls rm", "find /out -name rm"] {
+    for cmd in ["echo rm", "git rm --cached x", "ls rm", "find /out -name rm", "env ls -lS", "env - ls"] {
         assert!(!is_refused(&policy.decide(cmd, &p.sandbox)), "{cmd}");
     }
 }

@@ -232,26 +232,41 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         numeric: false,
     };
     // `-S STRING` splits STRING into words that come before the rest: read them too.
+    // Only env's own options are rewritten: the first word that is neither an option nor an
+    // option's value ends them (`env ls -S` passes `-S` to ls).
     let mut words: Vec<String> = Vec::new();
     let mut i = 0;
     while i < rest.len() {
         let w = &rest[i];
+        if w == "--" || !w.starts_with('-') {
+            break;
+        }
+        // `-iS STRING`: the split string hidden in a cluster is not read; refuse to guess.
+        if w.len() > 2 && !w.starts_with("--") && !w.starts_with("-S") && w.contains('S') {
+            return Err(format!("'{w}' bundles -S"));
+        }
         let split = if w == "-S" || w == "--split-string" {
             i += 1;
-            rest.get(i).cloned()
+            Some(rest.get(i).cloned().ok_or("-S needs a string")?)
         } else {
             w.strip_prefix("--split-string=").or_else(|| w.strip_prefix("-S").filter(|s| !s.is_empty())).map(str::to_string)
         };
         match split {
             Some(s) => words.extend(shlex::split(&s).ok_or("-S string cannot be split")?),
-            None => words.push(w.clone()),
+            // `env -` is `env -i`.
+            None if w == "-" => {}
+            None => {
+                words.push(w.clone());
+                // A value in the next word.
+                if ["-u", "-C", "--unset", "--chdir"].contains(&w.as_str()) {
+                    i += 1;
+                    words.extend(rest.get(i).cloned());
+                }
+            }
         }
         i += 1;
     }
-    if rest.iter().any(|w| w == "-") {
-        // `env -` is `env -i`.
-        words.retain(|w| w != "-");
-    }
+    words.extend(rest[i.min(rest.len())..].iter().cloned());
     let mut i = skip_opts(&words, &o)?;
     while words.get(i).is_some_and(|w| w.contains('=') && !w.starts_with('=')) {
         i += 1;
