@@ -137,13 +137,31 @@ fn bad_memory_and_cpus() {
     let (e, _) = load_err("defaults:\n  limits:\n    memory: 5x\n", &[]);
     expect(&e, "workcell.yaml", 3, 13, "invalid memory '5x': unknown unit 'x'");
     let (e, _) = load_err("defaults:\n  limits:\n    cpus: -1\n", &[]);
-    expect(&e, "workcell.yaml", 3, 11, "invalid cpus -1");
+    expect(&e, "workcell.yaml", 3, 11, "invalid cpus '-1': must be at least 0.01");
+}
+
+#[test]
+fn oversized_numbers_say_what_is_allowed() {
+    // Was "must be at least 1 byte" (an overflow read as zero) and "invalid u64".
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: ./data, max_file_bytes: 99999999999999999999999}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 42, "invalid max_file_bytes '99999999999999999999999': must be at most 16 EiB");
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: ./data, max_file_bytes: -1}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 42, "invalid max_file_bytes '-1': not a size; use a size such as 512m or 2g");
+    let (e, _) = load_err("defaults:\n  limits:\n    pids: 99999999999999999999999\n", &[]);
+    expect(&e, "workcell.yaml", 3, 11, "invalid pids '99999999999999999999999': must be at most 4194304");
+    let e = worker_err("---\nattachment_policy:\n  max_attachments: -3\n---\n");
+    expect(&e, "w.worker", 3, 20, "invalid max_attachments '-3': must be at least 0");
+    // Sizes take units wherever a size is asked for.
+    let d = dir_with(&[]);
+    let p = Project::from_text("sandbox:\n  zones:\n    data: {path: ./data, max_file_bytes: 10m}\n", &d.path.join("workcell.yaml"), &d.path).unwrap();
+    assert_eq!(p.sandbox.mounts()[0].max_file_bytes, Some(10 << 20));
 }
 
 #[test]
 fn duplicate_key() {
     let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: ./data}\n    data: {path: ./out}\n", &[]);
-    expect(&e, "workcell.yaml", 4, 5, "duplicate");
+    expect(&e, "workcell.yaml", 4, 5, "the key 'data' appears twice in the same mapping; each key may appear once");
+    assert!(!e.message.contains("DuplicateKeyPolicy"), "no library internals: {}", e.message);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `workcell run`: run a worker (or an ad-hoc command) inside its boundary.
 
 use std::path::Path;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::backend::{self, Selected};
-use crate::config::{find_config, parse_bytes, parse_duration, BackendChoice, Limits, Project};
+use crate::config::{find_config, parse_cpus, parse_memory, parse_pids, parse_timeout, BackendChoice, Limits, Project};
 use crate::plan::{LaunchPlan, Overrides};
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
 use crate::tools::broker::Broker;
@@ -29,17 +30,19 @@ pub struct RunArgs {
     /// Image to use: `host` or a local image name.
     #[arg(long)]
     pub image: Option<String>,
-    /// Kill the worker after this long (exit 124), e.g. 30s, 5m.
-    #[arg(long, value_name = "DURATION")]
-    pub timeout: Option<String>,
-    /// Memory limit, e.g. 512m, 2g.
-    #[arg(long)]
-    pub memory: Option<String>,
-    /// CPU limit, e.g. 0.5, 2.
-    #[arg(long)]
+    // The limits go through the parsers of `limits:` in the YAML files, so that a value is
+    // accepted, or refused with the same words, wherever it is written.
+    /// Kill the worker after this long (exit 124), e.g. 30s, 5m; at most 365 days.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    pub timeout: Option<Duration>,
+    /// Memory limit, e.g. 512m, 2g; at least 6m.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory, allow_negative_numbers = true)]
+    pub memory: Option<u64>,
+    /// CPU limit, e.g. 0.5, 2; from 0.01 to 1024.
+    #[arg(long, value_name = "CPUS", value_parser = parse_cpus, allow_negative_numbers = true)]
     pub cpus: Option<f64>,
-    /// Process limit.
-    #[arg(long)]
+    /// Process limit, from 1 to 4194304 (default 512).
+    #[arg(long, value_name = "N", value_parser = parse_pids, allow_negative_numbers = true)]
     pub pids: Option<i64>,
     /// NAME=VALUE sets a variable; NAME passes the host's value through (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
@@ -130,12 +133,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         }
     };
 
-    let limits = Limits {
-        timeout: args.timeout.as_deref().map(parse_duration).transpose().map_err(|m| CliError::Usage(format!("invalid --timeout: {m}")))?,
-        memory_bytes: args.memory.as_deref().map(parse_bytes).transpose().map_err(|m| CliError::Usage(format!("invalid --memory: {m}")))?,
-        cpus: args.cpus,
-        pids: args.pids,
-    };
+    let limits = Limits { timeout: args.timeout, memory_bytes: args.memory, cpus: args.cpus, pids: args.pids };
     let ov = Overrides {
         image: args.image.clone(),
         command: (!args.command.is_empty()).then(|| args.command.clone()),

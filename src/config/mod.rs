@@ -2,21 +2,21 @@
 //! invalid with file, line and column, and turn the result into one resolved [`Project`]:
 //! a project [`Sandbox`] and the workers with their effective sandboxes.
 
+mod limits;
 pub mod raw;
-mod units;
 mod worker;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
-use std::time::Duration;
 
 use serde_saphyr::{Location, MessageFormatter, Spanned};
 
 use crate::sandbox::{normalise_suffix, Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
+pub(crate) use limits::{limits_from, located};
+pub use limits::{parse_count, parse_cpus, parse_file_size, parse_memory, parse_pids, parse_timeout, LimitError, Limits};
 pub use raw::BackendChoice;
-use raw::{RawApproval, RawLimits, RawNetwork, RawProject, RootField, SandboxMode};
-pub use units::{parse_bytes, parse_duration};
+use raw::{RawApproval, RawNetwork, RawProject, RootField, SandboxMode};
 pub use worker::{AttachmentPolicy, Rule, SandboxDecl, ShellRule, Worker};
 
 /// The name of the project file.
@@ -73,8 +73,7 @@ impl Diag {
     pub fn parse<T: serde::de::DeserializeOwned>(&self, text: &str) -> Result<T, ConfigError> {
         let options = serde_saphyr::options! { duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error };
         serde_saphyr::from_str_with_options::<T>(text, options).map_err(|e| {
-            let inner = e.without_snippet();
-            let message = serde_saphyr::DefaultMessageFormatter.format_message(inner).into_owned();
+            let message = yaml_message(e.without_snippet());
             match e.location() {
                 Some(loc) => self.at(loc, message),
                 None => self.whole(message),
@@ -83,33 +82,23 @@ impl Diag {
     }
 }
 
-/// Resource limits of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct Limits {
-    #[serde(serialize_with = "serialize_duration")]
-    pub timeout: Option<Duration>,
-    pub memory_bytes: Option<u64>,
-    pub cpus: Option<f64>,
-    pub pids: Option<i64>,
-}
-
-/// Durations read as people write them (`"30s"`, `"5m"`), not as `{secs, nanos}`.
-fn serialize_duration<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-    match d {
-        Some(d) => s.serialize_some(&humantime::format_duration(*d).to_string()),
-        None => s.serialize_none(),
-    }
-}
-
-impl Limits {
-    /// `self` where set, else `base`.
-    pub fn or(self, base: Limits) -> Limits {
-        Limits {
-            timeout: self.timeout.or(base.timeout),
-            memory_bytes: self.memory_bytes.or(base.memory_bytes),
-            cpus: self.cpus.or(base.cpus),
-            pids: self.pids.or(base.pids),
+/// The YAML library's message in the words of this file format: what was wrong and what is
+/// allowed, without the library's own settings ("set DuplicateKeyPolicy in Options").
+fn yaml_message(e: &serde_saphyr::Error) -> String {
+    use serde_saphyr::Error;
+    match e {
+        Error::DuplicateMappingKey { key: Some(k), .. } => {
+            format!("the key '{}' appears twice in the same mapping; each key may appear once: remove or rename one of them", k.escape_debug())
         }
+        Error::DuplicateMappingKey { key: None, .. } => {
+            "a key appears twice in the same mapping; each key may appear once: remove or rename one of them".into()
+        }
+        Error::InvalidScalar { ty: "bool" | "boolean", .. } => "not a boolean; use true or false".into(),
+        Error::InvalidScalar { ty, .. } if ty.starts_with('u') || ty.starts_with('i') => {
+            format!("not a whole number in the range this setting takes ({ty}); use a number such as 10")
+        }
+        Error::InvalidScalar { ty, .. } => format!("this value cannot be read as {ty}"),
+        other => serde_saphyr::DefaultMessageFormatter.format_message(other).into_owned(),
     }
 }
 
@@ -126,24 +115,6 @@ pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, String> {
         return Err("workers never run as root (uid or gid 0); name an unprivileged user, like 1000:1000".into());
     }
     Ok(crate::plan::UserSpec { uid, gid })
-}
-
-pub(crate) fn limits_from(raw: &RawLimits, diag: &Diag) -> Result<Limits, ConfigError> {
-    let timeout =
-        raw.timeout.as_ref().map(|t| parse_duration(&t.value).map_err(|m| diag.spanned(t, format!("invalid timeout '{}': {m}", t.value)))).transpose()?;
-    let memory_bytes =
-        raw.memory.as_ref().map(|t| parse_bytes(&t.value).map_err(|m| diag.spanned(t, format!("invalid memory '{}': {m}", t.value)))).transpose()?;
-    if let Some(c) = &raw.cpus {
-        if !(c.value > 0.0 && c.value.is_finite()) {
-            return Err(diag.spanned(c, format!("invalid cpus {}: must be a positive number such as 0.5 or 2", c.value)));
-        }
-    }
-    if let Some(p) = &raw.pids {
-        if p.value < 1 {
-            return Err(diag.spanned(p, format!("invalid pids {}: must be at least 1", p.value)));
-        }
-    }
-    Ok(Limits { timeout, memory_bytes, cpus: raw.cpus.as_ref().map(|c| c.value), pids: raw.pids.as_ref().map(|p| p.value) })
 }
 
 /// Which image a worker runs in.
@@ -273,7 +244,7 @@ impl Project {
                     None,
                     z.mode.unwrap_or(ZoneMode::Ro),
                     z.suffixes.as_deref(),
-                    z.max_file_bytes,
+                    located(z.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                     approvals(z.approval.as_ref()),
                     z.delivery.unwrap_or_default(),
                 )?;
@@ -291,7 +262,7 @@ impl Project {
                     None,
                     p.mode.unwrap_or(ZoneMode::Ro),
                     p.suffixes.as_deref(),
-                    p.max_file_bytes,
+                    located(p.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                     a,
                     Delivery::Bind,
                 )?;
@@ -306,7 +277,7 @@ impl Project {
                 Some(("/".into(), *referenced)),
                 mode,
                 r.suffixes.as_deref(),
-                r.max_file_bytes,
+                located(r.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                 approvals(r.approval.as_ref()),
                 Delivery::Bind,
             )?;
@@ -321,7 +292,7 @@ impl Project {
                     Some((point, m.at.referenced)),
                     m.mode.unwrap_or(ZoneMode::Ro),
                     m.suffixes.as_deref(),
-                    m.max_file_bytes,
+                    located(m.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                     approvals(m.approval.as_ref()),
                     m.delivery.unwrap_or_default(),
                 )?;

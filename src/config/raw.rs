@@ -81,7 +81,9 @@ pub struct RawZone {
     pub approval: Option<RawApproval>,
     /// Allowed suffixes, e.g. `[.md, .pdf]` (case-insensitive).
     pub suffixes: Option<Vec<String>>,
-    pub max_file_bytes: Option<u64>,
+    /// Largest file that may be read or written: bytes, or a size such as `10m`.
+    #[schemars(with = "Option<SizeSchema>")]
+    pub max_file_bytes: Option<Spanned<String>>,
     /// `bind` (default) or `copy`.
     pub delivery: Option<Delivery>,
 }
@@ -95,7 +97,9 @@ pub struct RawPathEntry {
     pub root: Spanned<String>,
     pub mode: Option<ZoneMode>,
     pub suffixes: Option<Vec<String>>,
-    pub max_file_bytes: Option<u64>,
+    /// Largest file that may be read or written: bytes, or a size such as `10m`.
+    #[schemars(with = "Option<SizeSchema>")]
+    pub max_file_bytes: Option<Spanned<String>>,
     /// `true` → reads ask; `false` → reads proceed (default false).
     pub read_approval: Option<bool>,
     /// `true` → writes and deletes ask (default); `false` → pre-approved.
@@ -110,7 +114,9 @@ pub struct RawRoot {
     pub root: Spanned<String>,
     pub readonly: Option<bool>,
     pub suffixes: Option<Vec<String>>,
-    pub max_file_bytes: Option<u64>,
+    /// Largest file that may be read or written: bytes, or a size such as `10m`.
+    #[schemars(with = "Option<SizeSchema>")]
+    pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
 }
 
@@ -161,9 +167,20 @@ pub struct RawMount {
     pub at: Spanned<String>,
     pub mode: Option<ZoneMode>,
     pub suffixes: Option<Vec<String>>,
-    pub max_file_bytes: Option<u64>,
+    /// Largest file that may be read or written: bytes, or a size such as `10m`.
+    #[schemars(with = "Option<SizeSchema>")]
+    pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
     pub delivery: Option<Delivery>,
+}
+
+/// Schema stand-in for sizes: a number of bytes or a size with a unit (`10m`).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum SizeSchema {
+    Bytes(u64),
+    Text(String),
 }
 
 /// `network:` — a switch, or an allowlist of domains.
@@ -233,6 +250,8 @@ pub struct RawDefaults {
     pub user: Option<Spanned<String>>,
 }
 
+// Numbers are read as text and checked by `config::limits`, the parsers the command-line
+// flags use too, so that both refuse the same values with the same words.
 /// Resource limits. Durations like `30s`, `5m`; sizes like `512m`, `2g`.
 #[derive(Debug, Default, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -241,10 +260,12 @@ pub struct RawLimits {
     pub timeout: Option<Spanned<String>>,
     #[schemars(with = "Option<String>")]
     pub memory: Option<Spanned<String>>,
+    /// A number of CPUs, from 0.01 to 1024.
     #[schemars(with = "Option<f64>")]
-    pub cpus: Option<Spanned<f64>>,
+    pub cpus: Option<Spanned<String>>,
+    /// Processes, from 1 to 4194304.
     #[schemars(with = "Option<i64>")]
-    pub pids: Option<Spanned<i64>>,
+    pub pids: Option<Spanned<String>>,
 }
 
 /// Front matter of `workers/NAME.worker`.
@@ -335,8 +356,10 @@ pub struct RawRule {
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawAttachmentPolicy {
-    pub max_attachments: Option<usize>,
-    pub max_total_bytes: Option<u64>,
+    #[schemars(with = "Option<usize>")]
+    pub max_attachments: Option<Spanned<String>>,
+    #[schemars(with = "Option<SizeSchema>")]
+    pub max_total_bytes: Option<Spanned<String>>,
     pub allowed_suffixes: Option<Vec<String>>,
     pub denied_suffixes: Option<Vec<String>>,
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use indexmap::IndexMap;
 
 use super::raw::{BackendChoice, RawCommand, RawWorker, RawWorkerSandbox};
-use super::{limits_from, ConfigError, Diag, ImageRef, Limits, Project};
+use super::{limits_from, located, parse_count, parse_file_size, ConfigError, Diag, ImageRef, Limits, Project};
 use crate::sandbox::{DeriveSpec, Sandbox, SandboxError, ZoneMode, ZoneRequest};
 
 /// How a worker declares the sandbox it needs.
@@ -162,6 +162,15 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         _ => {}
     }
     let own_limits = raw.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default();
+    let attachment_policy = match raw.attachment_policy {
+        Some(a) => AttachmentPolicy {
+            max_attachments: located(a.max_attachments.as_ref(), "max_attachments", parse_count, &diag)?,
+            max_total_bytes: located(a.max_total_bytes.as_ref(), "max_total_bytes", parse_file_size, &diag)?,
+            allowed_suffixes: a.allowed_suffixes,
+            denied_suffixes: a.denied_suffixes,
+        },
+        None => AttachmentPolicy::default(),
+    };
     let image = match (&raw.image, &raw.build) {
         (Some(_), Some(_)) => return Err(diag.whole("give either image or build, not both")),
         (Some(i), None) => Some(ImageRef::from_name(i)),
@@ -194,15 +203,7 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
             .map(|(k, r)| (k, Rule { allowed: r.allowed, approval_required: r.approval_required }))
             .collect(),
         limits: own_limits.or(project.defaults.limits),
-        attachment_policy: raw
-            .attachment_policy
-            .map(|a| AttachmentPolicy {
-                max_attachments: a.max_attachments,
-                max_total_bytes: a.max_total_bytes,
-                allowed_suffixes: a.allowed_suffixes,
-                denied_suffixes: a.denied_suffixes,
-            })
-            .unwrap_or_default(),
+        attachment_policy,
         instructions: body.to_string(),
     })
 }
