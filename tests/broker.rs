@@ -153,6 +153,11 @@ fn dynamic_expansion_grants_a_directory_for_the_session() {
     assert_eq!(read["content"], "outside notes");
     // Read-only grant: writing there is still refused.
     assert!(service.call("write_file", serde_json::json!({"path": format!("{zone}/x.txt"), "content": "x"})).is_err());
+    // Approved or not, `/` and the sockets' directory are never granted.
+    for (path, wording) in [("/", "/ may not be a zone"), ("/var/run", "/run may not be a zone"), ("/proc/self/root", "/ may not be a zone")] {
+        let err = service.call("request_access", serde_json::json!({"path": path, "mode": "ro"})).expect_err("refused");
+        assert!(err.to_string().contains(wording), "{path}: {err}");
+    }
     let summary = service.expansion_summary().expect("summary");
     assert!(summary.contains(outside.path().to_str().expect("utf8")) && summary.contains("mode: ro"), "{summary}");
     assert!(read_all(tmp.path()).expect("audit").iter().any(|e| e["event"] == "expansion"));

@@ -91,9 +91,101 @@ fn mount_point_with_dotdot() {
 #[test]
 fn nul_in_mount_point() {
     let (e, _) = load_err("sandbox:\n  mounts:\n    - host: ./data\n      at: \"/da\\0ta\"\n", &[]);
-    expect(&e, "workcell.yaml", 4, 11, "contains a NUL byte");
+    expect(&e, "workcell.yaml", 4, 11, "contains the control character U+0000 (NUL)");
     let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: \"./da\\0ta\"}\n", &[]);
-    expect(&e, "workcell.yaml", 3, 18, "host path contains a NUL byte");
+    expect(&e, "workcell.yaml", 3, 18, "the host path contains the control character U+0000 (NUL)");
+}
+
+#[test]
+fn control_characters_are_refused_where_they_are_written() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    data: {path: \"./da\\eta\"}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 18, "the host path contains the control character U+001B (escape)");
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - host: ./data\n      at: \"/da\\nta\"\n", &[]);
+    expect(&e, "workcell.yaml", 4, 11, "contains the control character U+000A (newline)");
+    let (e, _) = load_err("sandbox:\n  mode: sandboxed\n  root: \"box\\r\"\n  zones:\n    data: {}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 9, "the sandbox folder contains the control character U+000D (carriage return)");
+    let (e, _) = load_err("defaults:\n  image: \"host\\e[2J\"\n", &[]);
+    expect(&e, "workcell.yaml", 2, 10, "the image name contains the control character U+001B (escape)");
+    // Worker files: what a prompt or a plan shows.
+    let e = worker_err("---\ndescription: \"fine\\nthen \\e[31mred\"\n---\n");
+    expect(&e, "w.worker", 2, 14, "the description contains the control character U+001B (escape)");
+    let e = worker_err("---\nworkdir: \"/out\\e]0;x\"\n---\n");
+    expect(&e, "w.worker", 2, 10, "workdir contains the control character U+001B (escape)");
+    let e = worker_err("---\nworkers: [ok, \"b\\u202Ead\"]\n---\n");
+    expect(&e, "w.worker", 2, 15, "contains the control character U+202E (a bidirectional text control)");
+    let e = worker_err("---\nsandbox:\n  allow_read: [\"/data/\\x07\"]\n---\n");
+    expect(&e, "w.worker", 3, 16, "the path contains the control character U+0007 (bell)");
+    // Multi-line prose stays fine.
+    let d = dir_with(&[("w", "---\ndescription: |\n  two\n  lines\n---\n")]);
+    Project::from_text(ZONES, &d.path.join("workcell.yaml"), &d.path).expect("newlines in a description are fine");
+}
+
+#[test]
+fn mount_points_that_would_make_workcell_zones_ambiguous() {
+    for (at, c) in [("/a,b", ','), ("/a:rw", ':')] {
+        let (e, _) = load_err(&format!("sandbox:\n  mounts:\n    - host: ./data\n      at: \"{at}\"\n"), &[]);
+        expect(&e, "workcell.yaml", 4, 11, &format!("mount point '{at}' contains '{c}', which separates the entries of WORKCELL_ZONES"));
+    }
+}
+
+#[test]
+fn system_directories_are_refused_as_zones() {
+    for (path, mode, wording) in [
+        ("/", "ro", "zone 'data': / may not be a zone: it is the host's whole file system"),
+        ("/proc", "ro", "zone 'data': /proc may not be a zone"),
+        ("/proc/self/root", "ro", "zone 'data': / may not be a zone"),
+        ("/sys/fs", "ro", "zone 'data': /sys/fs (inside /sys) may not be a zone"),
+        ("/dev", "ro", "zone 'data': /dev may not be a zone: it holds the host's devices"),
+        ("/run", "ro", "zone 'data': /run may not be a zone: it holds daemons' sockets"),
+        ("/etc", "rw", "zone 'data': /etc may not be a read-write zone: a worker could change what the host boots, runs or keeps"),
+        ("/usr/lib", "rw", "zone 'data': /usr/lib (inside /usr) may not be a read-write zone"),
+        ("/root", "rw", "zone 'data': /root may not be a read-write zone"),
+    ] {
+        let (e, _) = load_err(&format!("sandbox:\n  zones:\n    data: {{path: {path}, mode: {mode}}}\n"), &[]);
+        expect(&e, "workcell.yaml", 3, 18, wording);
+    }
+    // Read-only, the host's programs and configuration are fine to look at.
+    let d = dir_with(&[]);
+    Project::from_text("sandbox:\n  zones:\n    data: {path: /etc, mode: ro}\n", &d.path.join("workcell.yaml"), &d.path).expect("/etc read-only");
+}
+
+#[test]
+fn a_symlink_out_of_the_project_is_refused_unless_the_path_is_absolute() {
+    let d = dir_with(&[]);
+    let file = d.path.join("workcell.yaml");
+    fs::remove_dir_all(d.path.join("data")).unwrap();
+    std::os::unix::fs::symlink("/", d.path.join("data")).unwrap();
+    let e = Project::from_text("sandbox:\n  zones:\n    data: {path: ./data}\n", &file, &d.path).unwrap_err();
+    expect(&e, "workcell.yaml", 3, 18, "zone 'data': ./data resolves to / through a symlink, outside the project; write the absolute path if you mean it");
+    // The default path (`./<name>`) is located at the zone's name.
+    let e = Project::from_text("sandbox:\n  zones:\n    data: {mode: ro}\n", &file, &d.path).unwrap_err();
+    expect(&e, "workcell.yaml", 3, 5, "./data resolves to / through a symlink");
+    // Written absolute, the link is still judged by where it leads.
+    let e = Project::from_text(&format!("sandbox:\n  zones:\n    data: {{path: {}/data}}\n", d.path.display()), &file, &d.path).unwrap_err();
+    expect(&e, "workcell.yaml", 3, 18, "zone 'data': / may not be a zone");
+    // A link to an ordinary directory outside: refused relative, fine absolute.
+    let outside = tempfile::tempdir().unwrap();
+    let outside = fs::canonicalize(outside.path()).unwrap();
+    fs::remove_file(d.path.join("data")).unwrap();
+    std::os::unix::fs::symlink(&outside, d.path.join("data")).unwrap();
+    let e = Project::from_text("sandbox:\n  zones:\n    data: {path: ./data}\n", &file, &d.path).unwrap_err();
+    expect(&e, "workcell.yaml", 3, 18, &format!("./data resolves to {} through a symlink, outside the project", outside.display()));
+    Project::from_text(&format!("sandbox:\n  zones:\n    data: {{path: {}}}\n", outside.display()), &file, &d.path).expect("absolute is what the person meant");
+    // Sandboxed mode: a link planted where the zone is created.
+    fs::create_dir_all(d.path.join(".sandbox")).unwrap();
+    std::os::unix::fs::symlink("/etc", d.path.join(".sandbox/cache")).unwrap();
+    let e = Project::from_text("sandbox:\n  mode: sandboxed\n  zones:\n    cache: {mode: ro}\n", &file, &d.path).unwrap_err();
+    assert_eq!(e.line, 4, "{e}");
+}
+
+#[test]
+fn a_directory_holding_a_container_engine_socket_is_refused() {
+    let d = dir_with(&[]);
+    let _listener = std::os::unix::net::UnixListener::bind(d.path.join("data/docker.sock")).unwrap();
+    let (yaml, file) = ("sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", d.path.join("workcell.yaml"));
+    let e = Project::from_text(yaml, &file, &d.path).unwrap_err();
+    expect(&e, "workcell.yaml", 3, 18, &format!("zone 'data': {0}/data holds the container engine socket {0}/data/docker.sock", d.path.display()));
+    assert!(e.message.contains("a read-only mount does not stop that"), "{}", e.message);
 }
 
 #[test]

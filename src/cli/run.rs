@@ -83,7 +83,13 @@ pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, String> {
     if name.is_empty() || name.contains('/') {
         return Err(format!("invalid --zone '{spec}': the zone name must be one path component"));
     }
+    if let Some(c) = crate::config::forbidden_char(host) {
+        return Err(format!("invalid --zone '{}': the host path contains the control character {}", spec.escape_debug(), crate::config::describe_char(c)));
+    }
     let host_path = std::fs::canonicalize(cwd.join(host)).map_err(|e| format!("invalid --zone '{spec}': host directory '{host}' cannot be used: {e}"))?;
+    if let Some(m) = crate::sandbox::hostdir::leaves_through_symlink(cwd, host, &host_path) {
+        return Err(format!("invalid --zone '{spec}': {}", m.replace("the project", "the current directory")));
+    }
     if !host_path.is_dir() {
         return Err(format!("invalid --zone '{spec}': '{host}' is not a directory"));
     }

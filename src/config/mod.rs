@@ -3,20 +3,25 @@
 //! a project [`Sandbox`] and the workers with their effective sandboxes.
 
 mod limits;
+mod mounts;
 pub mod raw;
+mod text;
 mod worker;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde_saphyr::{Location, MessageFormatter, Spanned};
 
-use crate::sandbox::{normalise_suffix, Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
+use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Sandbox, ZoneMode};
 pub(crate) use limits::{limits_from, located};
 pub use limits::{parse_count, parse_cpus, parse_file_size, parse_memory, parse_pids, parse_timeout, LimitError, Limits};
+pub use mounts::check_mount_point;
+use mounts::{check_relative_dir, MountBuilder};
 pub use raw::BackendChoice;
 use raw::{RawApproval, RawNetwork, RawProject, RootField, SandboxMode};
+pub use text::{describe as describe_char, forbidden_char};
 pub use worker::{AttachmentPolicy, Rule, SandboxDecl, ShellRule, Worker};
 
 /// The name of the project file.
@@ -315,7 +320,13 @@ impl Project {
 
         let rd = raw.defaults.unwrap_or_default();
         let defaults = Defaults {
-            image: rd.image.as_deref().map(ImageRef::from_name).unwrap_or(ImageRef::Host),
+            image: match &rd.image {
+                Some(i) => {
+                    text::check_printable("the image name", &i.value).map_err(|m| diag.spanned(i, m))?;
+                    ImageRef::from_name(&i.value)
+                }
+                None => ImageRef::Host,
+            },
             backend: rd.backend.unwrap_or_default(),
             limits: rd.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default(),
             user: rd.user.as_ref().map(|u| parse_user(&u.value).map_err(|m| diag.spanned(u, format!("invalid user '{}': {m}", u.value)))).transpose()?,
@@ -371,141 +382,5 @@ fn approvals(raw: Option<&RawApproval>) -> Approvals {
     match raw {
         None => d,
         Some(r) => Approvals { read: r.read.unwrap_or(d.read), write: r.write.unwrap_or(d.write), delete: r.delete.unwrap_or(d.delete) },
-    }
-}
-
-fn check_relative_dir(s: &str) -> Result<(), String> {
-    if s.contains('\0') {
-        return Err("the sandbox folder contains a NUL byte".into());
-    }
-    if Path::new(s).is_absolute() || Path::new(s).components().any(|c| c == Component::ParentDir) {
-        return Err(format!("the sandbox folder '{s}' must be a relative path inside the project, without '..'"));
-    }
-    Ok(())
-}
-
-/// Checks a mount point: absolute, normalised, no `..`, NUL or reserved system directory.
-pub fn check_mount_point(p: &str) -> Result<(), String> {
-    if p.contains('\0') {
-        return Err(format!("mount point '{}' contains a NUL byte", p.escape_debug()));
-    }
-    if !p.starts_with('/') {
-        return Err(format!("mount point '{p}' must be absolute, like '/data'"));
-    }
-    if p.split('/').any(|c| c == ".." || c == ".") {
-        return Err(format!("mount point '{p}' may not contain '.' or '..' components"));
-    }
-    if p != "/" && (p.ends_with('/') || p.contains("//")) {
-        return Err(format!("mount point '{p}' must be normalised (no trailing or doubled '/')"));
-    }
-    if let Some(r) = RESERVED_MOUNT_POINTS.iter().find(|r| p == **r || p.starts_with(&format!("{r}/"))) {
-        return Err(format!(
-            "mount point '{p}' is inside the system directory '{r}', which every backend provides read-only; reserved: {}",
-            RESERVED_MOUNT_POINTS.join(", ")
-        ));
-    }
-    Ok(())
-}
-
-fn check_zone_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
-        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
-    if !ok {
-        return Err(format!("invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit", name.escape_debug()));
-    }
-    check_mount_point(&format!("/{name}"))
-}
-
-struct MountBuilder<'a> {
-    diag: &'a Diag,
-    dir: &'a Path,
-    sandboxed: bool,
-    folder: &'a str,
-    mounts: Vec<Mount>,
-    spans: Vec<Location>,
-}
-
-impl MountBuilder<'_> {
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &mut self,
-        name: &Spanned<String>,
-        (host, host_loc): (String, Location),
-        point: Option<(String, Location)>,
-        mode: ZoneMode,
-        suffixes: Option<&[String]>,
-        max_file_bytes: Option<u64>,
-        approval: Approvals,
-        delivery: Delivery,
-    ) -> Result<(), ConfigError> {
-        let diag = self.diag;
-        let (mount_point, point_loc) = match point {
-            Some(p) => p,
-            None => {
-                check_zone_name(&name.value).map_err(|m| diag.spanned(name, m))?;
-                (format!("/{}", name.value), name.referenced)
-            }
-        };
-        if self.mounts.iter().any(|m| m.mount_point == mount_point) {
-            return Err(diag.at(point_loc, format!("duplicate mount point '{mount_point}': each mount needs its own")));
-        }
-        if host.contains('\0') {
-            return Err(diag.at(host_loc, "host path contains a NUL byte"));
-        }
-        let host_path = if self.sandboxed {
-            let rel = host.trim_start_matches("./");
-            check_relative_dir(rel).map_err(|m| diag.at(host_loc, m.replace("sandbox folder", "zone path in sandboxed mode")))?;
-            let p = self.dir.join(self.folder).join(rel);
-            // Beneath the project's handle: a symlink planted in the project (say `.sandbox`
-            // -> /etc, by a worker whose zone the project is) cannot make this create
-            // directories elsewhere.
-            cap_std::fs::Dir::open_ambient_dir(self.dir, cap_std::ambient_authority())
-                .and_then(|d| d.create_dir_all(Path::new(self.folder).join(rel)))
-                .map_err(|e| diag.at(host_loc, format!("cannot create the zone directory '{}': {e}", p.display())))?;
-            p
-        } else {
-            let p = Path::new(&host);
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                self.dir.join(p)
-            }
-        };
-        let host_path = match std::fs::canonicalize(&host_path) {
-            Ok(p) if p.is_dir() => p,
-            Ok(p) => return Err(diag.at(host_loc, format!("host path '{}' is not a directory", p.display()))),
-            Err(_) => {
-                return Err(diag.at(
-                    host_loc,
-                    format!(
-                        "host directory '{}' does not exist; create it, or use `sandbox.mode: sandboxed` to have zones created under .sandbox/",
-                        host_path.display()
-                    ),
-                ))
-            }
-        };
-        for (other, loc) in self.mounts.iter().zip(&self.spans) {
-            if host_path.starts_with(&other.host_path) || other.host_path.starts_with(&host_path) {
-                return Err(diag.at(
-                    host_loc,
-                    format!(
-                        "host directory of '{}' overlaps the one of '{}' (line {}); mounts must not share or nest host directories",
-                        mount_point,
-                        other.mount_point,
-                        loc.line()
-                    ),
-                ));
-            }
-        }
-        let mut seen = HashSet::new();
-        let suffixes = suffixes.map(|s| s.iter().map(|x| normalise_suffix(x)).filter(|x| seen.insert(x.clone())).collect());
-        self.spans.push(host_loc);
-        self.mounts.push(Mount { name: name.value.clone(), host_path, mount_point, mode, suffixes, max_file_bytes, approval, delivery });
-        Ok(())
-    }
-
-    fn finish(self) -> Result<Vec<Mount>, ConfigError> {
-        Ok(self.mounts)
     }
 }

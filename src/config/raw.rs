@@ -241,7 +241,8 @@ pub enum BackendChoice {
 #[serde(deny_unknown_fields)]
 pub struct RawDefaults {
     /// `host` (default: the host's own tools, read-only) or a local image name.
-    pub image: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub image: Option<Spanned<String>>,
     pub backend: Option<BackendChoice>,
     pub limits: Option<RawLimits>,
     /// The host user workers run as when workcell runs as root: `UID` or `UID:GID`, never 0
@@ -275,18 +276,22 @@ pub struct RawLimits {
 pub struct RawWorker {
     #[schemars(with = "Option<String>")]
     pub name: Option<Spanned<String>>,
-    pub description: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub description: Option<Spanned<String>>,
     /// `host` or a local image name.
-    pub image: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub image: Option<Spanned<String>>,
     /// A folder with a Dockerfile, relative to the project.
-    pub build: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub build: Option<Spanned<String>>,
     /// The command to run: a list of arguments, or one string split like a shell would.
     #[schemars(with = "Option<CommandSchema>")]
     pub command: Option<RawCommand>,
     /// Environment for the worker. A `null` value passes the host's variable through.
     pub env: Option<IndexMap<String, Option<String>>>,
     /// Working directory inside the sandbox (default: the first writable zone, else `/tmp`).
-    pub workdir: Option<String>,
+    #[schemars(with = "Option<String>")]
+    pub workdir: Option<Spanned<String>>,
     /// What the worker needs; no declaration means no file access.
     pub sandbox: Option<RawWorkerSandbox>,
     /// `false` turns the network off for this worker; `true` needs the project's network.
@@ -294,7 +299,8 @@ pub struct RawWorker {
     pub network: Option<Spanned<bool>>,
     pub backend: Option<BackendChoice>,
     /// Workers this one may call (`*` for any).
-    pub workers: Option<Vec<String>>,
+    #[schemars(with = "Option<Vec<String>>")]
+    pub workers: Option<Vec<Spanned<String>>>,
     pub shell_rules: Option<Vec<RawShellRule>>,
     pub shell_default: Option<RawRule>,
     pub tool_rules: Option<IndexMap<String, RawRule>>,

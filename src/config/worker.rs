@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use indexmap::IndexMap;
+use serde_saphyr::Spanned;
 
 use super::raw::{BackendChoice, RawCommand, RawWorker, RawWorkerSandbox};
+use super::text::{check_printable, check_prose};
 use super::{limits_from, located, parse_count, parse_file_size, ConfigError, Diag, ImageRef, Limits, Project};
 use crate::sandbox::{DeriveSpec, Sandbox, SandboxError, ZoneMode, ZoneRequest};
 
@@ -136,6 +138,27 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
     let diag = Diag { file: file.to_path_buf(), line_offset };
     let raw: RawWorker = if yaml.trim().is_empty() { RawWorker::default() } else { diag.parse(yaml)? };
 
+    // Text a person later reads (prompts, plans, the audit log) holds no control characters.
+    if let Some(c) = super::text::forbidden_char(&stem) {
+        return Err(diag.whole(format!("the worker's file name contains the control character {}; rename the file", super::text::describe(c))));
+    }
+    let printable = |what: &str, v: &Spanned<String>| check_printable(what, &v.value).map_err(|m| diag.spanned(v, m));
+    for (what, v) in [("the worker name", &raw.name), ("image", &raw.image), ("build", &raw.build), ("workdir", &raw.workdir)] {
+        if let Some(v) = v {
+            printable(what, v)?;
+        }
+    }
+    if let Some(d) = &raw.description {
+        check_prose("the description", &d.value).map_err(|m| diag.spanned(d, m))?;
+    }
+    for w in raw.workers.iter().flatten() {
+        printable("a name in workers", w)?;
+    }
+    if let Some(sb) = &raw.sandbox {
+        for e in sb.allow_read.iter().chain(sb.allow_write.iter()).flatten() {
+            printable("the path", e)?;
+        }
+    }
     let name = match &raw.name {
         Some(n) if n.value != stem => {
             return Err(diag.spanned(n, format!("worker name '{}' differs from its file name '{stem}.worker'; they must match", n.value)))
@@ -172,23 +195,23 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         None => AttachmentPolicy::default(),
     };
     let image = match (&raw.image, &raw.build) {
-        (Some(_), Some(_)) => return Err(diag.whole("give either image or build, not both")),
-        (Some(i), None) => Some(ImageRef::from_name(i)),
-        (None, Some(b)) => Some(ImageRef::Build(project.dir.join(b))),
+        (Some(_), Some(b)) => return Err(diag.spanned(b, "give either image or build, not both")),
+        (Some(i), None) => Some(ImageRef::from_name(&i.value)),
+        (None, Some(b)) => Some(ImageRef::Build(project.dir.join(&b.value))),
         (None, None) => None,
     };
     Ok(Worker {
         name,
         file: file.to_path_buf(),
-        description: raw.description,
+        description: raw.description.map(|d| d.value),
         image,
         command,
         env: raw.env.unwrap_or_default(),
-        workdir: raw.workdir,
+        workdir: raw.workdir.map(|w| w.value),
         decl,
         sandbox,
         backend: raw.backend,
-        workers: raw.workers.unwrap_or_default(),
+        workers: raw.workers.unwrap_or_default().into_iter().map(|w| w.value).collect(),
         shell_rules: raw
             .shell_rules
             .unwrap_or_default()

@@ -163,6 +163,8 @@ pub enum PlanError {
     BadWorkdir { workdir: String, reason: String },
     #[error("nothing to run: the command's program name is empty")]
     EmptyProgram,
+    #[error("the sandbox path '{0}' contains ',', ':' or a control character, which would make WORKCELL_ZONES (/in:ro,/out:rw) ambiguous; rename the directory or name another one")]
+    AmbiguousZone(String),
     #[error("the writable zone {zone} ({}) contains the project directory: a worker could rename the project and put a workcell.yaml of its own in its place. Make the zone read-only, or use the project directory itself (the root form `root: .`) or a directory inside it", dir.display())]
     ZoneContainsProject { zone: String, dir: PathBuf },
     #[error("the build folder of worker '{worker}' is or contains the writable zone {zone}: a worker could rewrite what gets built. Put the Dockerfile in a folder of its own inside the project (like images/{worker}), or make the zone read-only")]
@@ -327,6 +329,12 @@ impl LaunchPlan {
         env.insert("WORKCELL_RUN_ID".to_string(), run_id.clone());
         if let Some(w) = &worker_name {
             env.insert("WORKCELL_WORKER".to_string(), w.clone());
+        }
+        // `,` and `:` separate the entries; a newline or other control character would let a
+        // directory name forge entries or lines. Mount points are checked when the config is
+        // read; this covers areas a worker's allowlist names inside a zone.
+        if let Some(m) = mounts.iter().find(|m| m.target.contains([',', ':']) || crate::config::forbidden_char(&m.target).is_some()) {
+            return Err(PlanError::AmbiguousZone(m.target.escape_debug().to_string()));
         }
         let zones: Vec<String> = mounts.iter().map(|m| format!("{}:{}", m.target, if m.read_only { "ro" } else { "rw" })).collect();
         // After the zones, so that they cover them (and after the list the worker is told).

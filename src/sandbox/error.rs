@@ -69,6 +69,10 @@ pub enum SandboxError {
     /// The operating system refused or failed; the message names the sandbox path only.
     #[error("Cannot {op} '{path}': {message}")]
     Io { op: &'static str, path: String, message: String },
+    /// A zone's host directory is a system directory or holds a container engine socket
+    /// (for the person configuring: it names host paths).
+    #[error("{0}")]
+    UnsafeZone(#[from] super::hostdir::UnsafeZone),
     /// The path is one of the project's control files, which no worker may change.
     #[error("Cannot change '{path}': it is part of the project's own configuration (workcell.yaml, workers/, .workcell/ or a build: folder), which workers may not change.")]
     Protected { path: String },
@@ -91,6 +95,7 @@ impl SandboxError {
             SandboxError::InvalidPattern { .. } => "invalid_pattern",
             SandboxError::Io { .. } => "io",
             SandboxError::Protected { .. } => "not_writable",
+            SandboxError::UnsafeZone(_) => "unsafe_zone",
         }
     }
 }

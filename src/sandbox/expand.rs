@@ -57,6 +57,8 @@ impl Sandbox {
             return Err(refuse("a zone with this name already exists"));
         }
         let OpenedDir { dir, path: host_dir } = opened;
+        // A person's yes does not make `/` or the docker socket's directory a safe grant.
+        super::hostdir::check(name, std::os::fd::AsFd::as_fd(&dir), mode, &host_dir)?;
         let mut mounts: Vec<Mount> = self.mounts().to_vec();
         let index = mounts.len();
         let approval = match mode {

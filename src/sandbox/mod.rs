@@ -13,6 +13,7 @@ mod bytes;
 mod derive;
 mod error;
 mod expand;
+pub mod hostdir;
 mod io;
 mod links;
 mod path;
@@ -188,6 +189,8 @@ impl Sandbox {
                 path: m.mount_point.clone(),
                 message: format!("the directory behind this mount cannot be opened ({})", io::describe_io(&e)),
             })?;
+            // On the handle every backend binds: where it really leads, not how it is spelled.
+            hostdir::check_opened(&m.name, std::os::fd::AsFd::as_fd(&dir), m.mode, &m.host_path)?;
             let area = Area { key: AreaKey { mount: i, prefix: Vec::new() }, dir: Arc::new(dir) };
             if m.mode == ZoneMode::Rw {
                 writable.push(area.clone());

@@ -537,6 +537,8 @@ impl ToolService {
         if dir.to_string_lossy().chars().any(|c| c.is_control()) {
             return Err(ToolError::Refused(format!("'{}' resolves to a directory whose path contains control characters; it cannot be granted", escape(path))));
         }
+        // Before asking: a person's yes does not make `/` or a docker socket's directory safe.
+        crate::sandbox::hostdir::check("requested", std::os::fd::AsFd::as_fd(&opened.dir), mode, &dir).map_err(|e| ToolError::Refused(e.to_string()))?;
         let verb = if mode == ZoneMode::Rw { "read and write" } else { "read" };
         self.consent(ApprovalRequest::new(Action::Expand, format!("{} ({verb}) for this session", dir.display()), format!("{}:{mode}", dir.display())))?;
         let zone = format!("granted-{}", self.expansions().len() + 1);

@@ -1,0 +1,164 @@
+//! The mounts of a project's sandbox as the config writes them (zones, paths, the root form,
+//! mounts), checked one by one with the line and column of each value: names and mount
+//! points, host directories (which must exist, must not overlap, and must not be system
+//! directories: `sandbox::hostdir`), and relative paths that a symlink would lead out of the
+//! project.
+
+use std::collections::HashSet;
+use std::path::{Component, Path};
+
+use serde_saphyr::{Location, Spanned};
+
+use std::os::fd::AsFd;
+
+use rustix::fs::{Mode, OFlags};
+
+use super::text::check_printable;
+use super::{ConfigError, Diag, RESERVED_MOUNT_POINTS};
+use crate::sandbox::{hostdir, normalise_suffix, Approvals, Delivery, Mount, ZoneMode};
+
+pub(super) fn check_relative_dir(s: &str) -> Result<(), String> {
+    check_printable("the sandbox folder", s)?;
+    if Path::new(s).is_absolute() || Path::new(s).components().any(|c| c == Component::ParentDir) {
+        return Err(format!("the sandbox folder '{s}' must be a relative path inside the project, without '..'"));
+    }
+    Ok(())
+}
+
+/// Checks a mount point: absolute, normalised, no `..`, NUL or reserved system directory.
+pub fn check_mount_point(p: &str) -> Result<(), String> {
+    check_printable(&format!("mount point '{}'", p.escape_debug()), p)?;
+    if let Some(c) = p.chars().find(|c| matches!(c, ',' | ':')) {
+        // Workers read their zones from `WORKCELL_ZONES=/in:ro,/out:rw`.
+        return Err(format!("mount point '{p}' contains '{c}', which separates the entries of WORKCELL_ZONES (/in:ro,/out:rw); use another name"));
+    }
+    if !p.starts_with('/') {
+        return Err(format!("mount point '{p}' must be absolute, like '/data'"));
+    }
+    if p.split('/').any(|c| c == ".." || c == ".") {
+        return Err(format!("mount point '{p}' may not contain '.' or '..' components"));
+    }
+    if p != "/" && (p.ends_with('/') || p.contains("//")) {
+        return Err(format!("mount point '{p}' must be normalised (no trailing or doubled '/')"));
+    }
+    if let Some(r) = RESERVED_MOUNT_POINTS.iter().find(|r| p == **r || p.starts_with(&format!("{r}/"))) {
+        return Err(format!(
+            "mount point '{p}' is inside the system directory '{r}', which every backend provides read-only; reserved: {}",
+            RESERVED_MOUNT_POINTS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn check_zone_name(name: &str) -> Result<(), String> {
+    check_printable(&format!("zone name '{}'", name.escape_debug()), name)?;
+    let ok = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    if !ok {
+        return Err(format!("invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit", name.escape_debug()));
+    }
+    check_mount_point(&format!("/{name}"))
+}
+
+pub(super) struct MountBuilder<'a> {
+    pub diag: &'a Diag,
+    pub dir: &'a Path,
+    pub sandboxed: bool,
+    pub folder: &'a str,
+    pub mounts: Vec<Mount>,
+    pub spans: Vec<Location>,
+}
+
+impl MountBuilder<'_> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn add(
+        &mut self,
+        name: &Spanned<String>,
+        (host, host_loc): (String, Location),
+        point: Option<(String, Location)>,
+        mode: ZoneMode,
+        suffixes: Option<&[String]>,
+        max_file_bytes: Option<u64>,
+        approval: Approvals,
+        delivery: Delivery,
+    ) -> Result<(), ConfigError> {
+        let diag = self.diag;
+        let (mount_point, point_loc) = match point {
+            Some(p) => p,
+            None => {
+                check_zone_name(&name.value).map_err(|m| diag.spanned(name, m))?;
+                (format!("/{}", name.value), name.referenced)
+            }
+        };
+        if self.mounts.iter().any(|m| m.mount_point == mount_point) {
+            return Err(diag.at(point_loc, format!("duplicate mount point '{mount_point}': each mount needs its own")));
+        }
+        check_printable("the host path", &host).map_err(|m| diag.at(host_loc, m))?;
+        let host_path = if self.sandboxed {
+            let rel = host.trim_start_matches("./");
+            check_relative_dir(rel).map_err(|m| diag.at(host_loc, m.replace("sandbox folder", "zone path in sandboxed mode")))?;
+            let p = self.dir.join(self.folder).join(rel);
+            // Beneath the project's handle: a symlink planted in the project (say `.sandbox`
+            // -> /etc, by a worker whose zone the project is) cannot make this create
+            // directories elsewhere.
+            cap_std::fs::Dir::open_ambient_dir(self.dir, cap_std::ambient_authority())
+                .and_then(|d| d.create_dir_all(Path::new(self.folder).join(rel)))
+                .map_err(|e| diag.at(host_loc, format!("cannot create the zone directory '{}': {e}", p.display())))?;
+            p
+        } else {
+            let p = Path::new(&host);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                self.dir.join(p)
+            }
+        };
+        let host_path = match std::fs::canonicalize(&host_path) {
+            Ok(p) if p.is_dir() => p,
+            Ok(p) => return Err(diag.at(host_loc, format!("host path '{}' is not a directory", p.display()))),
+            Err(_) => {
+                return Err(diag.at(
+                    host_loc,
+                    format!(
+                        "host directory '{}' does not exist; create it, or use `sandbox.mode: sandboxed` to have zones created under .sandbox/",
+                        host_path.display()
+                    ),
+                ))
+            }
+        };
+        // The zone's name as the person wrote it, for messages.
+        let zone = if name.value == "/" || name.value.is_empty() { "root".to_string() } else { name.value.clone() };
+        let written = if self.sandboxed { format!("{}/{}", self.folder, host.trim_start_matches("./")) } else { host.clone() };
+        if let Some(m) = hostdir::leaves_through_symlink(self.dir, &written, &host_path) {
+            return Err(diag.at(host_loc, format!("zone '{zone}': {m}")));
+        }
+        // Checked here for the line and column; `Sandbox::new` checks again on the handle it
+        // keeps, and refuses a directory that changed in between.
+        let opened = rustix::fs::open(&host_path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+            .map_err(|e| diag.at(host_loc, format!("cannot open the host directory '{}': {e}", host_path.display())))?;
+        hostdir::check(&zone, opened.as_fd(), mode, &host_path).map_err(|e| diag.at(host_loc, e.to_string()))?;
+        for (other, loc) in self.mounts.iter().zip(&self.spans) {
+            if host_path.starts_with(&other.host_path) || other.host_path.starts_with(&host_path) {
+                return Err(diag.at(
+                    host_loc,
+                    format!(
+                        "host directory of '{}' overlaps the one of '{}' (line {}); mounts must not share or nest host directories",
+                        mount_point,
+                        other.mount_point,
+                        loc.line()
+                    ),
+                ));
+            }
+        }
+        let mut seen = HashSet::new();
+        let suffixes = suffixes.map(|s| s.iter().map(|x| normalise_suffix(x)).filter(|x| seen.insert(x.clone())).collect());
+        self.spans.push(host_loc);
+        self.mounts.push(Mount { name: name.value.clone(), host_path, mount_point, mode, suffixes, max_file_bytes, approval, delivery });
+        Ok(())
+    }
+
+    pub(super) fn finish(self) -> Result<Vec<Mount>, ConfigError> {
+        Ok(self.mounts)
+    }
+}

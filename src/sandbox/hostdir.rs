@@ -1,0 +1,250 @@
+//! Host directories no zone may be, checked on the directory handle a sandbox holds (the one
+//! every backend binds), so that a symlink (`./data -> /`, as a pull request can make it)
+//! is judged by where it leads, not by how it is spelled.
+//!
+//! Refused for every zone, read-only too: `/` itself; `/proc`, `/sys`, `/dev`, `/run` and
+//! `/var/run` and anything inside them (kernel and process state, devices, daemons'
+//! sockets: a read-only bind still lets a worker connect to a socket); and any directory
+//! that holds a container engine's socket (docker, containerd, podman, CRI-O) directly or
+//! on the way to one of the sockets' usual places, since that socket is root on the host.
+//!
+//! Refused for writable zones, in addition: `/boot`, `/etc`, `/usr`, `/bin`, `/sbin`,
+//! `/lib`, `/lib32`, `/lib64`, `/libx32` and anything inside them (what the host boots and
+//! runs), and `/root`, `/home` and `/var` themselves (every user's files, the host's state).
+//!
+//! Directories are compared by identity (device and inode), the zone and each directory
+//! above it, so another name for one of them (a bind mount, `/var/run` for `/run`) is
+//! caught too.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{Mode, OFlags};
+
+use super::ZoneMode;
+
+const SOCKETS: &str = "it holds daemons' sockets (Docker's among them), and a read-only mount does not stop a worker from connecting to a socket";
+const KERNEL: &str = "it exposes the kernel's and every process's state (/proc/1/root is the host's whole file system)";
+const HOST: &str = "a worker could change what the host boots, runs or keeps";
+
+/// A directory no zone may be: itself only (`inside: false`) or with everything inside.
+struct Rule {
+    path: &'static str,
+    inside: bool,
+    why: &'static str,
+}
+
+const fn rule(path: &'static str, inside: bool, why: &'static str) -> Rule {
+    Rule { path, inside, why }
+}
+
+/// Refused for any zone.
+const NEVER: &[Rule] = &[
+    rule("/", false, "it is the host's whole file system"),
+    rule("/proc", true, KERNEL),
+    rule("/sys", true, KERNEL),
+    rule("/dev", true, "it holds the host's devices"),
+    rule("/run", true, SOCKETS),
+    rule("/var/run", true, SOCKETS),
+];
+/// Refused for writable zones, in addition to [`NEVER`].
+const NEVER_WRITABLE: &[Rule] = &[
+    rule("/boot", true, HOST),
+    rule("/etc", true, HOST),
+    rule("/usr", true, HOST),
+    rule("/bin", true, HOST),
+    rule("/sbin", true, HOST),
+    rule("/lib", true, HOST),
+    rule("/lib32", true, HOST),
+    rule("/lib64", true, HOST),
+    rule("/libx32", true, HOST),
+    rule("/root", false, "it is root's home (its shell startup files, its ssh keys)"),
+    rule("/home", false, "it holds every user's files"),
+    rule("/var", false, "it holds the host's state (/var/lib, cron's spool, and on some systems /var/run)"),
+];
+/// File names of container engine sockets.
+const SOCKET_NAMES: &[&str] = &["docker.sock", "containerd.sock", "podman.sock", "crio.sock", "dockershim.sock", "buildkitd.sock"];
+/// Where engines usually put their sockets (besides [`SOCKET_NAMES`] in the zone itself).
+const SOCKET_PATHS: &[&str] = &[
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/crio/crio.sock",
+    "/var/lib/docker/docker.sock",
+];
+
+/// Why a directory may not be a zone. Messages are for the person who configures (they name
+/// host paths); `zone` is the zone's name as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeZone {
+    #[error("zone '{zone}': {}{place} may not be a{mode_note} zone: {why}; use a directory of its own{advice}", path.display())]
+    System { zone: String, path: PathBuf, place: String, mode_note: &'static str, why: &'static str, advice: &'static str },
+    #[error(
+        "zone '{zone}': {} holds the container engine socket {}, which gives whoever can connect to it root on the host (a read-only mount does not stop that); use a directory without it",
+        path.display(),
+        socket.display()
+    )]
+    EngineSocket { zone: String, path: PathBuf, socket: PathBuf },
+    #[error("zone '{zone}': the directory changed while workcell opened it ({} was checked, {} was opened); someone is moving directories or links in the project", checked.display(), opened.display())]
+    Changed { zone: String, checked: PathBuf, opened: PathBuf },
+}
+
+/// Checks the directory `dir` (a zone's handle, `mode` as configured); `shown` is its path
+/// for messages when the handle has no name.
+pub fn check(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, shown: &Path) -> Result<(), UnsafeZone> {
+    let path = current_path(dir).unwrap_or_else(|| shown.to_path_buf());
+    let chain = ancestors(dir);
+    let rules = NEVER.iter().map(|r| (r, false)).chain(NEVER_WRITABLE.iter().map(|r| (r, true)));
+    for (rule, writable_only) in rules {
+        if writable_only && mode == ZoneMode::Ro {
+            continue;
+        }
+        let Some(id) = identity_of(Path::new(rule.path)) else { continue };
+        let hit = if rule.inside { chain.iter().position(|c| *c == id) } else { (chain.first() == Some(&id)).then_some(0) };
+        let Some(depth) = hit else { continue };
+        let place = match depth {
+            0 if path == Path::new(rule.path) => String::new(),
+            0 => format!(" (which is {})", rule.path),
+            _ => format!(" (inside {})", rule.path),
+        };
+        let (mode_note, advice) = if writable_only { (" read-write", ", or make it read-only (mode: ro)") } else { ("", "") };
+        return Err(UnsafeZone::System { zone: zone.into(), path, place, mode_note, why: rule.why, advice });
+    }
+    if let Some(socket) = engine_socket(dir, &chain) {
+        return Err(UnsafeZone::EngineSocket { zone: zone.into(), path, socket });
+    }
+    Ok(())
+}
+
+/// Like [`check`], and the handle must be the directory `checked` names now (the path every
+/// earlier check of the zone was made on).
+pub fn check_opened(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, checked: &Path) -> Result<(), UnsafeZone> {
+    check(zone, dir, mode, checked)?;
+    if let Some(opened) = current_path(dir) {
+        if opened != checked {
+            return Err(UnsafeZone::Changed { zone: zone.into(), checked: checked.to_path_buf(), opened });
+        }
+    }
+    Ok(())
+}
+
+/// A relative zone path that a symlink leads out of `base` (the project directory, or the
+/// current directory for `--zone`): `written` as in the config, `resolved` canonical. An
+/// absolute path, or a relative one that stays where it says, is fine.
+pub fn leaves_through_symlink(base: &Path, written: &str, resolved: &Path) -> Option<String> {
+    if Path::new(written).is_absolute() {
+        return None;
+    }
+    let lexical = crate::plan::inside(Path::new("/"), &base.join(written)).map(|r| Path::new("/").join(r)).unwrap_or_else(|| PathBuf::from("/"));
+    if lexical == resolved || resolved.starts_with(base) {
+        return None;
+    }
+    Some(format!(
+        "{written} resolves to {} through a symlink, outside {}; write the absolute path if you mean it",
+        resolved.display(),
+        if lexical.starts_with(base) { "the project" } else { "the directory it names" }
+    ))
+}
+
+/// The handle's current host path (`None` when the kernel has no name for it).
+fn current_path(dir: BorrowedFd<'_>) -> Option<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
+    (link.is_absolute() && !link.to_string_lossy().ends_with(" (deleted)")).then_some(link)
+}
+
+type Id = (u64, u64);
+
+fn identity(fd: BorrowedFd<'_>) -> Option<Id> {
+    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
+fn identity_of(p: &Path) -> Option<Id> {
+    rustix::fs::stat(p).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
+/// The identities of `dir` and each directory above it, up to the root, walking `..` from the
+/// handle (never by name).
+fn ancestors(dir: BorrowedFd<'_>) -> Vec<Id> {
+    let mut out = Vec::new();
+    let Some(first) = identity(dir) else { return out };
+    out.push(first);
+    let mut cur: Option<OwnedFd> = None;
+    for _ in 0..4096 {
+        let at = cur.as_ref().map(|f| f.as_fd()).unwrap_or(dir);
+        let Ok(parent) = rustix::fs::openat(at, "..", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) else { break };
+        let Some(id) = identity(parent.as_fd()) else { break };
+        if out.last() == Some(&id) {
+            break;
+        }
+        out.push(id);
+        cur = Some(parent);
+    }
+    out
+}
+
+/// An engine socket the directory holds: one of [`SOCKET_NAMES`] in it, or one of the usual
+/// socket places (and `DOCKER_HOST`'s) beneath it.
+fn engine_socket(dir: BorrowedFd<'_>, chain: &[Id]) -> Option<PathBuf> {
+    use rustix::fs::{AtFlags, FileType};
+    for name in SOCKET_NAMES {
+        if let Ok(st) = rustix::fs::statat(dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
+            if FileType::from_raw_mode(st.st_mode) == FileType::Socket {
+                return Some(current_path(dir).unwrap_or_default().join(name));
+            }
+        }
+    }
+    let from_env = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(|d| [Path::new(&d).join("docker.sock"), Path::new(&d).join("podman/podman.sock")]);
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".docker/run/docker.sock"));
+    let places = SOCKET_PATHS.iter().map(PathBuf::from).chain(from_env).chain(runtime.into_iter().flatten()).chain(home);
+    let zone = chain.first()?;
+    for socket in places {
+        let Ok(real) = std::fs::canonicalize(&socket) else { continue };
+        // The socket's directory and each one above it: is the zone one of them?
+        if real.ancestors().skip(1).filter_map(identity_of).any(|id| id == *zone) {
+            return Some(socket);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(p: &str) -> OwnedFd {
+        rustix::fs::open(p, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).unwrap()
+    }
+
+    #[test]
+    fn system_directories() {
+        for (p, mode) in [
+            ("/", ZoneMode::Ro),
+            ("/proc", ZoneMode::Ro),
+            ("/proc/self", ZoneMode::Ro),
+            ("/dev", ZoneMode::Ro),
+            ("/etc", ZoneMode::Rw),
+            ("/usr/bin", ZoneMode::Rw),
+        ] {
+            let fd = open(p);
+            assert!(check("z", fd.as_fd(), mode, Path::new(p)).is_err(), "{p} {mode}");
+        }
+        for (p, mode) in [("/etc", ZoneMode::Ro), ("/usr/share", ZoneMode::Ro), ("/tmp", ZoneMode::Rw)] {
+            let fd = open(p);
+            assert_eq!(check("z", fd.as_fd(), mode, Path::new(p)), Ok(()), "{p} {mode}");
+        }
+    }
+
+    #[test]
+    fn symlink_out_of_the_project() {
+        let base = Path::new("/p");
+        assert!(leaves_through_symlink(base, "./data", Path::new("/")).unwrap().contains("./data resolves to / through a symlink, outside the project"));
+        assert_eq!(leaves_through_symlink(base, "./data", Path::new("/p/data")), None);
+        assert_eq!(leaves_through_symlink(base, "./data", Path::new("/p/other")), None);
+        assert_eq!(leaves_through_symlink(base, "../shared", Path::new("/shared")), None);
+        assert!(leaves_through_symlink(base, "../shared", Path::new("/etc")).is_some());
+        assert_eq!(leaves_through_symlink(base, "/etc", Path::new("/etc")), None);
+    }
+}
