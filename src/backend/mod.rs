@@ -23,6 +23,7 @@ pub enum BackendError {
 }
 
 pub mod bwrap;
+pub mod capture;
 pub mod cgroup;
 pub mod docker;
 pub mod none;
@@ -133,12 +134,15 @@ pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>
     }
 }
 
-/// Output of a run whose streams were captured (shell tool, child workers).
+/// Output of a run whose streams were captured (shell tool, child workers): at most
+/// [`capture::OUTPUT_CAP`] bytes of each stream, and how many bytes beyond it were cut.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Captured {
     pub exit_code: i32,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    pub stdout_cut: u64,
+    pub stderr_cut: u64,
     pub timed_out: bool,
 }
 
@@ -174,45 +178,4 @@ pub(crate) fn spawn_exclusive<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Runs `cmd` in its own process group with output captured; after `timeout` the whole
-/// group is killed and `timed_out` is set (exit 124).
-pub(crate) fn capture(cmd: std::process::Command, timeout: Option<std::time::Duration>) -> Result<Captured, BackendError> {
-    capture_with(cmd, timeout, |cmd| spawn_exclusive(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program()))))
-}
-
-/// [`capture`] with the process started by `spawn` (which may put it into a cgroup first).
-pub(crate) fn capture_with(
-    mut cmd: std::process::Command,
-    timeout: Option<std::time::Duration>,
-    spawn: impl FnOnce(&mut std::process::Command) -> Result<std::process::Child, BackendError>,
-) -> Result<Captured, BackendError> {
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-    let child = spawn(&mut cmd)?;
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let waited = match timeout {
-        Some(t) => rx.recv_timeout(t).ok(),
-        None => rx.recv().ok(),
-    };
-    let (output, timed_out) = match waited {
-        Some(r) => (r, false),
-        None => {
-            if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
-            }
-            (rx.recv().map_err(|e| BackendError::Failed(e.to_string()))?, true)
-        }
-    };
-    let output = output.map_err(|e| BackendError::Failed(format!("waiting for the command failed: {e}")))?;
-    Ok(Captured {
-        exit_code: if timed_out { EXIT_TIMEOUT } else { none::exit_code_of(output.status) },
-        stdout: output.stdout,
-        stderr: output.stderr,
-        timed_out,
-    })
-}
+pub(crate) use capture::{capture, capture_with};

@@ -42,6 +42,10 @@ pub enum SandboxError {
     #[error("Cannot {op} '{path}': file too large ({size} bytes).\nMaximum allowed: {limit} bytes")]
     TooLarge { op: &'static str, path: String, size: u64, limit: u64 },
 
+    /// `edit` of a file larger than it holds in memory, in a zone without `max_file_bytes`.
+    #[error("Cannot edit '{path}': the file is {size} bytes, more than edit_file changes ({limit} bytes, 16 MiB, where the zone sets no max_file_bytes). Use the shell tool (e.g. sed) to change it; read_file with offset and max_chars reads it in windows.")]
+    EditTooLarge { path: String, size: u64, limit: u64 },
+
     /// A derived sandbox asked for more than its parent has.
     #[error("Cannot create child sandbox with {requested}: {reason}. Child sandboxes may only restrict access.\nParent can read: {parent_readable}\nParent can write: {parent_writable}")]
     Escalation { requested: String, reason: String, parent_readable: PathList, parent_writable: PathList },
@@ -86,7 +90,7 @@ impl SandboxError {
             SandboxError::OutsideSandbox { .. } => "outside_sandbox",
             SandboxError::NotWritable { .. } => "not_writable",
             SandboxError::SuffixNotAllowed { .. } => "suffix_not_allowed",
-            SandboxError::TooLarge { .. } => "too_large",
+            SandboxError::TooLarge { .. } | SandboxError::EditTooLarge { .. } => "too_large",
             SandboxError::Escalation { .. } => "permission_escalation",
             SandboxError::NotFound { .. } => "not_found",
             SandboxError::EditMismatch { .. } => "edit_mismatch",

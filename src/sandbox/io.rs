@@ -9,14 +9,19 @@ use serde::Serialize;
 
 use super::error::show;
 use super::path::VirtualPath;
+use super::window::NotText;
 use super::{Addressing, Area, PathList, Sandbox, SandboxError};
 
 /// Text read from a file, possibly a window of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReadResult {
     pub content: String,
-    /// Characters in the whole file.
-    pub total_chars: usize,
+    /// Characters in the whole file; left out when the file goes on past both the window and
+    /// its first 8 MiB, which are not read just to count them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_chars: Option<usize>,
+    /// Bytes in the whole file (its size when opened).
+    pub total_bytes: u64,
     /// True when more text follows the returned window.
     pub truncated: bool,
     /// Offset to pass to read the next window, when truncated.
@@ -43,6 +48,10 @@ pub struct FileStat {
     pub modified: Option<u64>,
     pub writable: bool,
 }
+
+/// Largest file `edit` changes in a zone without `max_file_bytes` (16 MiB): an edit holds
+/// the whole text and its replacement in memory. Larger files are edited with the shell.
+pub const EDIT_MAX_BYTES: u64 = 16 << 20;
 
 /// Maximum entries `list` returns, so a huge tree cannot flood the caller.
 pub const LIST_LIMIT: usize = 10_000;
@@ -130,15 +139,34 @@ impl Sandbox {
             }
             return Err(e);
         }
-        let text = self.read_all(path)?;
-        let total_chars = text.chars().count();
-        let content: String = text.chars().skip(offset).take(max_chars).collect();
+        let (vp, file) = self.open_read(path)?;
+        let meta = file.metadata().map_err(|e| self.io_error("read", path, &e))?;
+        if meta.is_dir() {
+            return Err(SandboxError::WrongKind { op: "read", path: show(path), found: "directory", expected: "file" });
+        }
+        self.check_size_vp(&vp, path, meta.len(), "read")?;
+        // At most limit+1 bytes: the file may grow after fstat.
+        let cap = self.mounts()[vp.mount].max_file_bytes.map(|l| l.saturating_add(1)).unwrap_or(u64::MAX);
+        let w = super::window::read_window(file.take(cap), offset, max_chars).map_err(|e| match e {
+            NotText::Nul => SandboxError::NotText { path: show(path), detail: "it contains NUL bytes, so it looks binary".into() },
+            NotText::Utf8 { at } => SandboxError::NotText { path: show(path), detail: format!("invalid UTF-8 at byte {at}") },
+            NotText::Io(e) => self.io_error("read", path, &e),
+        })?;
+        self.check_size_vp(&vp, path, w.bytes_read, "read")?;
         let end = offset.saturating_add(max_chars);
-        let truncated = end < total_chars;
-        Ok(ReadResult { content, total_chars, truncated, next_offset: truncated.then_some(end) })
+        let truncated = w.more;
+        Ok(ReadResult {
+            content: w.content,
+            total_chars: w.reached_end.then_some(w.chars_seen),
+            total_bytes: meta.len(),
+            truncated,
+            next_offset: truncated.then_some(end),
+        })
     }
 
-    /// The whole text of a file, after the suffix, size and text checks.
+    /// The whole text of a file for `edit`, after the suffix, size and text checks: at most
+    /// the zone's `max_file_bytes`, or [`EDIT_MAX_BYTES`] where the zone sets none (an edit
+    /// holds the file, and its new text, in memory).
     fn read_all(&self, path: &str) -> Result<String, SandboxError> {
         let (vp, mut file) = self.open_read(path)?;
         self.check_suffix_vp(&vp, path)?;
@@ -147,11 +175,19 @@ impl Sandbox {
             return Err(SandboxError::WrongKind { op: "read", path: show(path), found: "directory", expected: "file" });
         }
         self.check_size_vp(&vp, path, meta.len(), "read")?;
+        let zone_limit = self.mounts()[vp.mount].max_file_bytes;
+        let too_big = |size: u64| SandboxError::EditTooLarge { path: show(path), size, limit: EDIT_MAX_BYTES };
+        if zone_limit.is_none() && meta.len() > EDIT_MAX_BYTES {
+            return Err(too_big(meta.len()));
+        }
         // Read at most limit+1 bytes: the file may grow after fstat.
-        let cap = self.mounts()[vp.mount].max_file_bytes.map(|l| l.saturating_add(1)).unwrap_or(u64::MAX);
+        let cap = zone_limit.unwrap_or(EDIT_MAX_BYTES).saturating_add(1);
         let mut bytes = Vec::with_capacity(meta.len().min(1 << 24) as usize);
         (&mut file).take(cap).read_to_end(&mut bytes).map_err(|e| self.io_error("read", path, &e))?;
         self.check_size_vp(&vp, path, bytes.len() as u64, "read")?;
+        if zone_limit.is_none() && bytes.len() as u64 > EDIT_MAX_BYTES {
+            return Err(too_big(bytes.len() as u64));
+        }
         if bytes.contains(&0) {
             return Err(SandboxError::NotText { path: show(path), detail: "it contains NUL bytes, so it looks binary".into() });
         }
@@ -214,8 +250,9 @@ impl Sandbox {
         write_atomic(&dir, &name, content.as_bytes()).map_err(|e| self.io_error("write", path, &e))
     }
 
-    /// Replaces `old` with `new` where `old` occurs exactly once.
-    pub fn edit(&self, path: &str, old: &str, new: &str) -> Result<(), SandboxError> {
+    /// The file's text, when `old` occurs in it exactly once (so an edit can happen); the
+    /// file is read within the edit bound (see [`EDIT_MAX_BYTES`]).
+    pub fn check_edit(&self, path: &str, old: &str) -> Result<String, SandboxError> {
         // Check writability first: an edit of a read-only file is refused before reading.
         let vp = self.parse(path)?;
         self.writable_area(&vp, path)?;
@@ -229,6 +266,12 @@ impl Sandbox {
             };
             return Err(SandboxError::EditMismatch { path: show(path), count, advice });
         }
+        Ok(text)
+    }
+
+    /// Replaces `old` with `new` where `old` occurs exactly once.
+    pub fn edit(&self, path: &str, old: &str, new: &str) -> Result<(), SandboxError> {
+        let text = self.check_edit(path, old)?;
         self.write(path, &text.replacen(old, new, 1))
     }
 

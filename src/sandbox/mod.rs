@@ -18,6 +18,7 @@ mod io;
 mod links;
 mod path;
 mod protect;
+mod window;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
-pub use io::{FileKind, FileStat, Listing, ReadResult, LIST_LIMIT};
+pub use io::{FileKind, FileStat, Listing, ReadResult, EDIT_MAX_BYTES, LIST_LIMIT};
 pub use links::{FollowError, Followed};
 pub use path::VirtualPath;
 

@@ -26,6 +26,11 @@ use super::service::{ToolError, ToolService, TOOL_NAMES};
 pub const BROKER_DIR_IN_WORKER: &str = "/run/workcell";
 /// The socket's file name inside that directory.
 pub const SOCKET_NAME: &str = "broker.sock";
+/// Tool calls one broker reads and carries out at once; more wait their turn.
+pub const MAX_CONCURRENT_CALLS: usize = 8;
+/// Largest request body the broker accepts (2 MiB): a tool call's JSON arguments, e.g. the
+/// content of a `write_file`. A larger request is answered 413 with a JSON error.
+pub const MAX_REQUEST_BYTES: usize = 2 << 20;
 
 /// A broker; dropping it stops the server and removes the socket directory.
 ///
@@ -141,6 +146,9 @@ pub fn remove_stale_dirs() -> Vec<PathBuf> {
 struct AppState {
     service: Arc<ToolService>,
     token: Arc<String>,
+    /// Calls being read or carried out at once: each may hold a request body and a result,
+    /// so a worker opening many connections waits instead of growing workcell's memory.
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl Broker {
@@ -161,7 +169,7 @@ impl Broker {
         let socket = dir.path().join(SOCKET_NAME);
         let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| format!("cannot bind the broker socket: {e}"))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let state = AppState { service, token: Arc::new(token.clone()) };
+        let state = AppState { service, token: Arc::new(token.clone()), calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)) };
         Ok(Broker { dir, token, listener, state, running: std::sync::Mutex::new(None) })
     }
 
@@ -224,6 +232,16 @@ impl Broker {
         opts.write(true).create_new(true);
         let mut f = dir.open_with(rel, &opts).map_err(|e| format!("cannot stage {rel}: {e}"))?;
         f.write_all(bytes).map_err(|e| format!("cannot stage {rel}: {e}"))
+    }
+
+    /// [`Broker::stage`] from a reader, copied a piece at a time; returns the bytes copied.
+    pub fn stage_from(&self, rel: &str, reader: &mut dyn std::io::Read) -> Result<u64, String> {
+        let dir =
+            cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        let mut f = dir.open_with(rel, &opts).map_err(|e| format!("cannot stage {rel}: {e}"))?;
+        std::io::copy(reader, &mut f).map_err(|e| format!("cannot stage {rel}: {e}"))
     }
 
     /// Makes a new directory `name` in the broker directory (see [`Broker::stage`]).
@@ -306,10 +324,35 @@ async fn list(State(state): State<AppState>, headers: HeaderMap) -> Response {
     Json(json!({"tools": TOOL_NAMES})).into_response()
 }
 
-async fn call(State(state): State<AppState>, UrlPath(name): UrlPath<String>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn call(State(state): State<AppState>, UrlPath(name): UrlPath<String>, headers: HeaderMap, body: axum::body::Body) -> Response {
     if !authorised(&state, &headers) {
         return unauthorised();
     }
+    // The body is read only under a permit, and never beyond the limit.
+    let Ok(_permit) = state.calls.clone().acquire_owned().await else {
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"ok": false, "error": {"kind": "failed", "message": "the broker is shutting down"}})))
+            .into_response();
+    };
+    let body = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
+        Ok(b) => b,
+        Err(e) => {
+            // to_bytes reports the limit as http-body-util's LengthLimitError ("length limit
+            // exceeded"), wrapped; its type is not ours to name, its words are stable.
+            let too_large = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source()).any(|e| e.to_string().contains("length limit exceeded"));
+            let (status, kind, message) = if too_large {
+                (
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    format!(
+                        "the request is larger than the broker accepts ({MAX_REQUEST_BYTES} bytes, 2 MiB); write large content in parts (several write_file calls to separate files) or produce it with the shell tool"
+                    ),
+                )
+            } else {
+                (StatusCode::BAD_REQUEST, "bad_request", format!("the request body could not be read: {e}"))
+            };
+            return (status, Json(json!({"ok": false, "error": {"kind": kind, "message": message}}))).into_response();
+        }
+    };
     let args: Value = if body.is_empty() {
         json!({})
     } else {

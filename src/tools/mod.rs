@@ -2,6 +2,7 @@
 //! service and its transports (broker socket, MCP) build on these.
 
 pub mod approval;
+pub mod attach;
 pub mod audit;
 pub mod broker;
 pub mod git_guard;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
+use super::attach::{self, Reservation};
 use super::audit::AuditLog;
 use super::broker::Broker;
 use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
@@ -35,12 +36,24 @@ pub fn prompter_for(mode: ApprovalMode) -> Option<Box<dyn Prompter>> {
 }
 
 fn to_output(c: Captured) -> ShellOutput {
-    ShellOutput {
-        exit_code: c.exit_code,
-        stdout: String::from_utf8_lossy(&c.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&c.stderr).into_owned(),
-        timed_out: c.timed_out,
+    let (stdout, stdout_cut) = text_of(c.stdout, c.stdout_cut);
+    let (stderr, stderr_cut) = text_of(c.stderr, c.stderr_cut);
+    ShellOutput { exit_code: c.exit_code, stdout, stderr, timed_out: c.timed_out, stdout_truncated_bytes: stdout_cut, stderr_truncated_bytes: stderr_cut }
+}
+
+/// A captured stream as text. A stream cut at the cap may end inside a character: those
+/// bytes are counted as cut rather than shown as a replacement character.
+fn text_of(mut bytes: Vec<u8>, mut cut: u64) -> (String, u64) {
+    if cut > 0 {
+        if let Err(e) = std::str::from_utf8(&bytes[bytes.len().saturating_sub(3)..]) {
+            if e.error_len().is_none() {
+                let keep = bytes.len().saturating_sub(3) + e.valid_up_to();
+                cut += (bytes.len() - keep) as u64;
+                bytes.truncate(keep);
+            }
+        }
     }
+    (String::from_utf8_lossy(&bytes).into_owned(), cut)
 }
 
 impl BackendRunner {
@@ -108,18 +121,14 @@ impl SandboxRunner for BackendRunner {
         // The child's own runner: its shell commands go to the child's container.
         let child_runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), ..self.clone() };
         let service = Arc::new(child_runner.service_for(caller, sandbox.clone(), &plan.run_id));
+        // Reserved before anything is copied, released when this run is over.
+        let _reserved = Reservation::take(attachments.iter().map(|a| a.size).fold(0u64, u64::saturating_add))?;
+        // The broker owns its directory (a tmpfs when there is one): every return below, and
+        // a panic's unwinding, drops it and so removes the staged files.
         let broker = Broker::start(service)?;
         // Input and attachments sit beside the socket, in the read-only broker directory.
         broker.stage("input.txt", input.as_bytes())?;
-        broker.stage_dir("attachments")?;
-        for a in attachments {
-            // A name only (the last component of the path the caller gave): never `..` or a
-            // path, which would leave the attachments directory.
-            if a.name.is_empty() || a.name == "." || a.name == ".." || a.name.contains('/') {
-                return Err(format!("cannot stage the attachment '{}': not a file name", a.name));
-            }
-            broker.stage(&format!("attachments/{}", a.name), &a.bytes)?;
-        }
+        attach::stage(&broker, attachments)?;
         broker.stage("instructions.md", worker.instructions.as_bytes())?;
         broker.share_with(plan.user)?;
         plan.attach_broker(broker.dir(), broker.token());

@@ -21,8 +21,9 @@ use crate::term::escape;
 pub const DEFAULT_MAX_CHARS: usize = 200_000;
 /// Default shell timeout (SPEC §6).
 pub const DEFAULT_SHELL_TIMEOUT_SECS: u64 = 30;
-/// Output kept per stream of a shell command.
-pub const SHELL_OUTPUT_CAP: usize = 50_000;
+/// Output kept per stream of a shell command or a child worker (the backends keep no more
+/// while they read it).
+pub const SHELL_OUTPUT_CAP: usize = crate::backend::capture::OUTPUT_CAP;
 /// Deepest chain of worker calls.
 pub const MAX_DEPTH: usize = 5;
 
@@ -55,13 +56,16 @@ impl ToolError {
     }
 }
 
-/// Output of a command run inside the sandbox.
+/// Output of a command run inside the sandbox: at most [`SHELL_OUTPUT_CAP`] bytes per
+/// stream, and how many bytes of each were cut beyond that.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ShellOutput {
     pub exit_code: i32,
     pub stdout: String,
     pub stderr: String,
     pub timed_out: bool,
+    pub stdout_truncated_bytes: u64,
+    pub stderr_truncated_bytes: u64,
 }
 
 /// Runs commands inside a sandbox: a fresh boundary per call (bwrap, docker, or — only when
@@ -95,13 +99,7 @@ pub struct ShellRun {
     pub workdir: String,
 }
 
-/// A file handed to a child worker: its name and content, read beneath the caller's sandbox
-/// (so a symlink swapped in after the check cannot substitute another file).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attachment {
-    pub name: String,
-    pub bytes: Vec<u8>,
-}
+pub use super::attach::Attachment;
 
 /// Who is calling: the worker (for `workers:` and rules) and its place in a delegation chain.
 #[derive(Debug, Clone, Default)]
@@ -356,12 +354,7 @@ impl ToolService {
         sb.resolve_for_write(path)?;
         sb.check_suffix(path)?;
         // Check the match before asking, so a person approves an edit that can happen.
-        let text = sb.read(path, usize::MAX, 0)?.content;
-        let count = if old.is_empty() { 0 } else { text.matches(old).count() };
-        if count != 1 {
-            // Let the core produce its standard message.
-            sb.edit(path, old, new)?;
-        }
+        drop(sb.check_edit(path, old)?);
         self.gate(sb.mount_of(path), Action::Write, path)?;
         sb.edit(path, old, new)?;
         Ok(json!({"path": path, "edited": true}))
@@ -404,8 +397,8 @@ impl ToolService {
         let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env: git_guard::env(), workdir };
         let mut out =
             self.runner.run(&sb, &run, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
-        cap(&mut out.stdout);
-        cap(&mut out.stderr);
+        out.stdout_truncated_bytes = cap(&mut out.stdout, out.stdout_truncated_bytes);
+        out.stderr_truncated_bytes = cap(&mut out.stderr, out.stderr_truncated_bytes);
         if out.timed_out {
             out.stderr.push_str(&format!("\n[workcell: the command was killed after {timeout} s]"));
         }
@@ -442,7 +435,7 @@ impl ToolService {
         if !child.sandbox.network() {
             child_sandbox = child_sandbox.without_network();
         }
-        let files = self.check_attachments(&sb, &child, attachments)?;
+        let files = super::attach::check(&sb, &child, attachments)?;
         let ask = self.caller.worker.as_ref().and_then(|w| w.tool_rules.get("call_worker").and_then(|r| r.approval_required)).unwrap_or(true);
         if ask {
             self.consent(ApprovalRequest::new(Action::Delegate, format!("{name} (chain {})", chain.join(" -> ")), name))?;
@@ -450,60 +443,23 @@ impl ToolService {
         self.audit
             .record("delegation", json!({"worker": name, "chain": chain, "attachments": attachments, "readable": child_sandbox.readable_roots(), "writable": child_sandbox.writable_roots()}))
             .map_err(|e| ToolError::Failed(format!("cannot write the audit log: {e}")))?;
-        let out = self
+        let mut out = self
             .runner
             .run_worker(&child, &child_sandbox, input, &files, chain.len(), &chain)
             .map_err(|e| ToolError::Failed(format!("worker '{name}' could not run: {e}")))?;
-        Ok(json!({"worker": name, "exit_code": out.exit_code, "output": out.stdout, "stderr": out.stderr, "timed_out": out.timed_out}))
-    }
-
-    /// Attachments must be readable by the caller, pass the child's attachment policy, and
-    /// are handed over as host files the runner copies into a read-only directory.
-    fn check_attachments(&self, sb: &Sandbox, child: &Worker, attachments: &[String]) -> Result<Vec<Attachment>, ToolError> {
-        let policy = &child.attachment_policy;
-        if let Some(max) = policy.max_attachments {
-            if attachments.len() > max {
-                return Err(ToolError::Refused(format!("worker '{}' accepts at most {max} attachments; {} given", child.name, attachments.len())));
-            }
-        }
-        let mut total = 0u64;
-        let mut out = Vec::new();
-        for a in attachments {
-            sb.resolve(a)?;
-            sb.check_suffix(a)?;
-            let stat = sb.stat(a)?;
-            if stat.kind != crate::sandbox::FileKind::File {
-                return Err(ToolError::Refused(format!("attachment '{a}' is not a file")));
-            }
-            let lower = a.to_lowercase();
-            if let Some(allowed) = &policy.allowed_suffixes {
-                if !allowed.iter().any(|s| lower.ends_with(&crate::sandbox::normalise_suffix(s))) {
-                    return Err(ToolError::Refused(format!(
-                        "worker '{}' accepts attachments with suffixes {} only; '{a}' is not one",
-                        child.name,
-                        allowed.join(", ")
-                    )));
-                }
-            }
-            if let Some(denied) = &policy.denied_suffixes {
-                if denied.iter().any(|s| lower.ends_with(&crate::sandbox::normalise_suffix(s))) {
-                    return Err(ToolError::Refused(format!("worker '{}' does not accept '{a}': suffixes {} are denied", child.name, denied.join(", "))));
-                }
-            }
-            total += stat.size;
-            if let Some(max) = policy.max_total_bytes {
-                if total > max {
-                    return Err(ToolError::Refused(format!("attachments exceed {max} bytes in total, the most worker '{}' accepts", child.name)));
-                }
-            }
-            let bytes = sb.read_bytes(a)?;
-            let name = a.trim_end_matches('/').rsplit(['/', ':']).next().unwrap_or("attachment").to_string();
-            if out.iter().any(|x: &Attachment| x.name == name) {
-                return Err(ToolError::Refused(format!("two attachments are named '{name}'; attachments need distinct file names")));
-            }
-            out.push(Attachment { name, bytes });
-        }
-        Ok(out)
+        drop(files);
+        // The child's output is the parent's to hold: bounded like a shell command's.
+        let output_cut = cap(&mut out.stdout, out.stdout_truncated_bytes);
+        let stderr_cut = cap(&mut out.stderr, out.stderr_truncated_bytes);
+        Ok(json!({
+            "worker": name,
+            "exit_code": out.exit_code,
+            "output": out.stdout,
+            "stderr": out.stderr,
+            "timed_out": out.timed_out,
+            "output_truncated_bytes": output_cut,
+            "stderr_truncated_bytes": stderr_cut,
+        }))
     }
 
     /// Seed 000: grants access to a directory outside the sandbox for this session, after
@@ -584,17 +540,23 @@ fn redact(tool: &str, v: &Value) -> Value {
     v
 }
 
-/// Keeps at most [`SHELL_OUTPUT_CAP`] bytes (on a char boundary) and says what was cut.
-fn cap(s: &mut String) {
+/// Keeps at most [`SHELL_OUTPUT_CAP`] bytes (on a char boundary) and says what was cut:
+/// `already_cut` bytes the backend did not keep, plus whatever is cut here (the text may
+/// have grown in its UTF-8 repair). Returns the bytes cut in all.
+fn cap(s: &mut String, already_cut: u64) -> u64 {
+    let mut cut = already_cut;
     if s.len() > SHELL_OUTPUT_CAP {
         let mut end = SHELL_OUTPUT_CAP;
         while !s.is_char_boundary(end) {
             end -= 1;
         }
-        let cut = s.len() - end;
+        cut += (s.len() - end) as u64;
         s.truncate(end);
+    }
+    if cut > 0 {
         s.push_str(&format!("\n[workcell: output truncated, {cut} more bytes]"));
     }
+    cut
 }
 
 /// Adds the sandbox's context to a failed command's stderr (seed 002).

@@ -145,13 +145,13 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
 /// Runs the plan in a container with stdout and stderr captured (the shell tool, child
 /// workers). The container is removed on every path, as with [`run`].
 pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
-    let buf = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), Vec::new())));
+    let buf = std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()));
     let rt = runtime()?;
     let r = rt.block_on(runner::run_with(plan, runner::Sink::Capture(buf.clone())));
     rt.shutdown_background();
     let code = r?;
-    let (stdout, stderr) = buf.lock().map(|b| b.clone()).unwrap_or_default();
-    Ok(super::Captured { exit_code: code, stdout, stderr, timed_out: code == super::EXIT_TIMEOUT && plan.timeout().is_some() })
+    let streams = buf.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default();
+    Ok(streams.into_captured(code, code == super::EXIT_TIMEOUT && plan.timeout().is_some()))
 }
 
 /// Runs `args` inside the already running container of `plan` (the shell tool during a
@@ -182,32 +182,29 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
         };
         let exec = docker.create_exec(&name, opts).await.map_err(|e| DockerError::Api { what: format!("exec in container {name}"), source: e })?;
         let started = docker.start_exec(&exec.id, None).await.map_err(|e| DockerError::Api { what: format!("start exec in {name}"), source: e })?;
-        let mut captured = super::Captured::default();
+        // Frames are read as they come and only the cap of each stream is kept: the rest is
+        // read and dropped, so the command is never blocked and workcell never holds it.
+        let mut streams = super::capture::Streams::default();
         if let StartExecResults::Attached { mut output, .. } = started {
             let collect = async {
                 while let Some(Ok(frame)) = output.next().await {
                     match frame {
-                        bollard::container::LogOutput::StdErr { message } => captured.stderr.extend_from_slice(&message),
-                        bollard::container::LogOutput::StdOut { message } | bollard::container::LogOutput::Console { message } => {
-                            captured.stdout.extend_from_slice(&message)
-                        }
+                        bollard::container::LogOutput::StdErr { message } => streams.stderr.push(&message),
+                        bollard::container::LogOutput::StdOut { message } | bollard::container::LogOutput::Console { message } => streams.stdout.push(&message),
                         bollard::container::LogOutput::StdIn { .. } => {}
                     }
                 }
             };
             // A little grace beyond the in-container `timeout`, which does the killing.
             if tokio::time::timeout(timeout + std::time::Duration::from_secs(2), collect).await.is_err() {
-                captured.timed_out = true;
-                captured.exit_code = super::EXIT_TIMEOUT;
-                return Ok(captured);
+                return Ok(streams.into_captured(super::EXIT_TIMEOUT, true));
             }
         }
         let inspect = docker.inspect_exec(&exec.id).await.map_err(|e| DockerError::Api { what: format!("inspect exec in {name}"), source: e })?;
         let code = inspect.exit_code.and_then(|c| i32::try_from(c).ok()).unwrap_or(super::EXIT_INTERNAL);
         // `timeout -s KILL` ends with 137 when it killed the command.
-        captured.timed_out = plan.image == crate::config::ImageRef::Host && code == 137;
-        captured.exit_code = if captured.timed_out { super::EXIT_TIMEOUT } else { code };
-        Ok(captured)
+        let timed_out = plan.image == crate::config::ImageRef::Host && code == 137;
+        Ok(streams.into_captured(if timed_out { super::EXIT_TIMEOUT } else { code }, timed_out))
     });
     rt.shutdown_background();
     Ok(result?)

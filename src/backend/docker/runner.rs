@@ -35,7 +35,8 @@ enum Ended {
 pub enum Sink {
     #[default]
     Inherit,
-    Capture(std::sync::Arc<std::sync::Mutex<(Vec<u8>, Vec<u8>)>>),
+    /// Bounded buffers: the output is drained as it comes and only the cap of each stream kept.
+    Capture(std::sync::Arc<std::sync::Mutex<crate::backend::capture::Streams>>),
 }
 
 pub async fn run(plan: &LaunchPlan) -> Result<i32, DockerError> {
@@ -135,10 +136,10 @@ async fn create_and_supervise(
             if let Sink::Capture(buf) = &sink {
                 if let Ok(mut b) = buf.lock() {
                     match frame {
-                        LogOutput::StdOut { message } | LogOutput::Console { message } => b.0.extend_from_slice(&message),
+                        LogOutput::StdOut { message } | LogOutput::Console { message } => b.stdout.push(&message),
                         LogOutput::StdErr { message } => {
                             let text = filter.push(&message);
-                            b.1.extend_from_slice(&text);
+                            b.stderr.push(&text);
                         }
                         LogOutput::StdIn { .. } => {}
                     }
@@ -165,7 +166,7 @@ async fn create_and_supervise(
         let rest = filter.finish();
         if let Sink::Capture(buf) = &sink {
             if let Ok(mut b) = buf.lock() {
-                b.1.extend_from_slice(&rest);
+                b.stderr.push(&rest);
             }
             return;
         }
@@ -268,6 +269,9 @@ struct InitErrorFilter {
 }
 
 const TINI_PREFIX: &[u8] = b"[FATAL tini";
+/// tini's report is one short line; a stderr that starts like it and goes on longer without a
+/// newline is the worker's own output, passed through rather than held (it could be endless).
+const TINI_LINE_MAX: usize = 4096;
 
 impl InitErrorFilter {
     fn new(command: String, tty: bool) -> Self {
@@ -286,6 +290,10 @@ impl InitErrorFilter {
             return std::mem::take(&mut self.pending);
         }
         match self.pending.iter().position(|b| *b == b'\n') {
+            None if self.pending.len() > TINI_LINE_MAX => {
+                self.done = true;
+                std::mem::take(&mut self.pending)
+            }
             Some(i) => {
                 self.done = true;
                 let rest = self.pending.split_off(i + 1);
