@@ -212,3 +212,20 @@ fn delete_file_removes_a_link_not_its_target() {
     let missing = service.call("delete_file", serde_json::json!({"path": "/out/nothing.txt"})).unwrap_err();
     assert_eq!(missing.kind(), "not_found", "{missing}");
 }
+
+/// A request over the broker's 2 MiB limit is answered 413 with a JSON error naming the limit
+/// (not a dropped connection), nothing is written, and the broker keeps answering.
+#[test]
+fn an_oversized_request_gets_a_clear_error() {
+    let (tmp, _s, broker) = setup(ApprovalMode::ApproveAll);
+    let body = serde_json::json!({"path": "/out/big.txt", "content": "x".repeat(3 << 20)}).to_string();
+    let file = tmp.path().join("body.json");
+    std::fs::write(&file, body).expect("write");
+    let (code, reply) = curl(&broker.socket(), Some(broker.token()), "/v1/tools/write_file", Some(&format!("@{}", file.display())));
+    assert_eq!(code, 413, "{reply}");
+    assert_eq!(reply["error"]["kind"], "too_large");
+    assert!(reply["error"]["message"].as_str().unwrap_or("").contains("2097152 bytes"), "{reply}");
+    assert!(!tmp.path().join("out/big.txt").exists());
+    let (code, _) = curl(&broker.socket(), Some(broker.token()), "/v1/tools/write_file", Some(r#"{"path":"/out/ok.txt","content":"ok"}"#));
+    assert_eq!(code, 200);
+}

@@ -100,3 +100,30 @@ fn attachments_must_be_readable_and_fit_the_childs_policy() {
     let log = std::fs::read_to_string(tmp.path().join(".workcell/audit.jsonl")).expect("audit");
     assert!(log.contains("\"event\":\"delegation\"") && log.contains("\"chain\":[\"a\",\"reader\"]"), "{log}");
 }
+
+/// Staging that fails half-way (an attachment that grew after its check) stops the call and
+/// removes the broker directory with what was already staged in it.
+#[test]
+fn a_failed_staging_leaves_no_broker_directory() {
+    use workcell::tools::service::{Attachment, SandboxRunner};
+    let (tmp, p) = project();
+    let first = format!("first-{}.txt", std::process::id());
+    std::fs::write(tmp.path().join("data").join(&first), "staged first").expect("write");
+    let open = |name: &str| std::fs::File::open(tmp.path().join("data").join(name)).expect("open");
+    let attachments = [
+        Attachment { name: first.clone(), file: open(&first), size: 12 },
+        // Checked at 2 bytes; it holds 10 now.
+        Attachment { name: "doc.txt".into(), file: open("doc.txt"), size: 2 },
+    ];
+    let reader = p.worker("reader").expect("worker").clone();
+    let runner = BackendRunner::new(p.clone(), BackendChoice::None, ApprovalMode::ApproveAll);
+    let err = runner.run_worker(&reader, &reader.sandbox, "in", &attachments, 1, &["reader".into()]).expect_err("staging fails");
+    assert!(err.contains("changed while it was handed over"), "{err}");
+    let bases = ["/dev/shm".into(), std::env::temp_dir()].into_iter().chain(std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from));
+    let left: Vec<_> = bases
+        .flat_map(|b| std::fs::read_dir(b).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|d| d.join("attachments").join(&first).exists())
+        .collect();
+    assert!(left.is_empty(), "staged files outlived the failed call: {left:?}");
+}

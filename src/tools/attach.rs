@@ -137,3 +137,17 @@ pub fn stage(broker: &Broker, attachments: &[Attachment]) -> Result<(), String> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_session_budget_is_shared_and_released() {
+        let big = Reservation::take(200 << 20).expect("fits");
+        let err = Reservation::take(100 << 20).expect_err("over the budget");
+        assert!(err.contains("256 MiB"), "{err}");
+        drop(big);
+        drop(Reservation::take(100 << 20).expect("fits again"));
+    }
+}
