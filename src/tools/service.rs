@@ -233,10 +233,13 @@ impl ToolService {
 
     /// Calls a tool by name with JSON arguments; records the call and its outcome.
     pub fn call(&self, tool: &str, arguments: Value) -> Result<Value, ToolError> {
-        let result = self.dispatch(tool, arguments.clone());
+        // Summarised before the call takes the arguments: contents (up to the broker's 2 MiB)
+        // are neither copied for the log nor held twice.
+        let args = redact(&arguments);
+        let result = self.dispatch(tool, arguments);
         let outcome = match &result {
-            Ok(_) => json!({"tool": tool, "args": redact(tool, &arguments), "ok": true}),
-            Err(e) => json!({"tool": tool, "args": redact(tool, &arguments), "ok": false, "kind": e.kind(), "error": e.to_string()}),
+            Ok(_) => json!({"tool": tool, "args": args, "ok": true}),
+            Err(e) => json!({"tool": tool, "args": args, "ok": false, "kind": e.kind(), "error": e.to_string()}),
         };
         if let Err(e) = self.audit.record("tool_call", outcome) {
             return Err(ToolError::Failed(format!("cannot write the audit log: {e}")));
@@ -526,18 +529,13 @@ impl ToolService {
 }
 
 /// Arguments as audited: file contents are summarised, not copied into the log.
-fn redact(tool: &str, v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(obj) = v.as_object_mut() {
-        for key in ["content", "old_text", "new_text", "input"] {
-            if let Some(Value::String(s)) = obj.get(key) {
-                let n = s.len();
-                obj.insert(key.to_string(), json!(format!("<{n} bytes>")));
-            }
-        }
-    }
-    let _ = tool;
-    v
+fn redact(v: &Value) -> Value {
+    let Some(obj) = v.as_object() else { return v.clone() };
+    let summarised = obj.iter().map(|(k, x)| match x {
+        Value::String(s) if ["content", "old_text", "new_text", "input"].contains(&k.as_str()) => (k.clone(), json!(format!("<{} bytes>", s.len()))),
+        other => (k.clone(), other.clone()),
+    });
+    Value::Object(summarised.collect())
 }
 
 /// Keeps at most [`SHELL_OUTPUT_CAP`] bytes (on a char boundary) and says what was cut:
