@@ -120,22 +120,28 @@ impl Sandbox {
         let mut todo: VecDeque<String> = path.split('/').map(str::to_string).collect();
         let mut cur: Vec<String> = Vec::new();
         let mut links = 0usize;
-        let mut missing = false;
+        // How deep the first missing component sits. The command may create it (`mkdir -p`,
+        // `install -D`), so a `..` back above it resumes the walk where things exist again:
+        // `new/../link` goes through `link`.
+        let mut missing_at: Option<usize> = None;
         while let Some(c) = todo.pop_front() {
             match c.as_str() {
                 "" | "." => continue,
                 ".." => {
                     cur.pop();
+                    if missing_at.is_some_and(|depth| cur.len() < depth) {
+                        missing_at = None;
+                    }
                     continue;
                 }
                 _ => cur.push(c),
             }
-            if missing {
+            if missing_at.is_some() {
                 continue;
             }
             match self.entry(&cur)? {
                 Entry::Plain => {}
-                Entry::Missing => missing = true,
+                Entry::Missing => missing_at = Some(cur.len()),
                 Entry::Link(target) => {
                     links += 1;
                     if links > MAX_LINKS {
@@ -152,7 +158,7 @@ impl Sandbox {
             }
         }
         let vp = self.sandbox_path_of(&cur).ok_or(FollowError::Outside)?;
-        Ok(Followed { path: vp, exists: !missing })
+        Ok(Followed { path: vp, exists: missing_at.is_none() })
     }
 }
 

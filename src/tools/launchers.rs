@@ -241,10 +241,6 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         if w == "--" || !w.starts_with('-') {
             break;
         }
-        // `-iS STRING`: the split string hidden in a cluster is not read; refuse to guess.
-        if w.len() > 2 && !w.starts_with("--") && !w.starts_with("-S") && w.contains('S') {
-            return Err(format!("'{w}' bundles -S"));
-        }
         let split = if w == "-S" || w == "--split-string" {
             i += 1;
             Some(rest.get(i).cloned().ok_or("-S needs a string")?)
@@ -252,13 +248,12 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
             w.strip_prefix("--split-string=").or_else(|| w.strip_prefix("-S").filter(|s| !s.is_empty())).map(str::to_string)
         };
         match split {
-            Some(s) => words.extend(shlex::split(&s).ok_or("-S string cannot be split")?),
+            Some(s) => words.extend(env_split(&s)?),
             // `env -` is `env -i`.
             None if w == "-" => {}
             None => {
                 words.push(w.clone());
-                // A value in the next word.
-                if ["-u", "-C", "--unset", "--chdir"].contains(&w.as_str()) {
+                if env_value_in_next_word(w)? {
                     i += 1;
                     words.extend(rest.get(i).cloned());
                 }
@@ -272,6 +267,32 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         i += 1;
     }
     Ok((i < words.len()).then(|| words[i..].to_vec()))
+}
+
+/// Whether env's option word `w` (not `-S…`) takes the next word as its value: `-u`, `-C`,
+/// `--unset`, `--chdir`, or a cluster ending in one of them (`-iu NAME`, where `-iuNAME`
+/// holds it). A cluster holding `S` hides a split string, which is not read.
+fn env_value_in_next_word(w: &str) -> Result<bool, String> {
+    if w.starts_with("--") {
+        return Ok(w == "--unset" || w == "--chdir");
+    }
+    for (at, c) in w.char_indices().skip(1) {
+        match c {
+            'S' => return Err(format!("'{w}' bundles -S")),
+            'u' | 'C' => return Ok(at + 1 == w.len()),
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+/// The words of env's `-S STRING`. env reads escapes in it that shlex does not (`\_` is a
+/// word separator, `\c` ends the string) and comments from `#`, so such strings are not read.
+fn env_split(s: &str) -> Result<Vec<String>, String> {
+    if s.contains(['\\', '#']) {
+        return Err("the -S string uses escapes or comments, so the program it runs cannot be told".into());
+    }
+    shlex::split(s).ok_or_else(|| "-S string cannot be split".into())
 }
 
 /// `xargs [OPTIONS] [PROGRAM ARGS]`: the program (default `echo`) gets more arguments from
@@ -311,8 +332,13 @@ fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
     let mut wants_string = false;
     while i < rest.len() {
         let w = &rest[i];
-        if w == "--" || !(w.starts_with('-') || w.starts_with('+')) || w.len() < 2 {
+        if w == "--" || w == "-" || !(w.starts_with('-') || w.starts_with('+')) {
             break;
+        }
+        // A lone `+` is an option word without letters: sh and bash go on reading options.
+        if w == "+" {
+            i += 1;
+            continue;
         }
         if w.starts_with("--") {
             // Of the long options (`--norc`, `--login`, …) only these take a value.
@@ -322,8 +348,9 @@ fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         if w[1..].contains('c') {
             wants_string = true;
         }
-        // `-o OPTION` and bash's `-O SHOPT` take the next word.
-        i += if w[1..].ends_with(['o', 'O']) { 2 } else { 1 };
+        // Every `o` (`-o OPTION`) and bash's `O` (`-O SHOPT`) in the word takes one more word,
+        // wherever it sits in a cluster (`-oc errexit STRING`).
+        i += 1 + w[1..].chars().filter(|c| matches!(c, 'o' | 'O')).count();
     }
     if !wants_string {
         return Ok(None);
@@ -348,7 +375,8 @@ fn find_programs(rest: &[String], chain: &mut Chain, depth: usize) {
             "-exec" | "-execdir" | "-ok" | "-okdir" => {
                 let start = i + 1;
                 let mut end = start;
-                while end < rest.len() && rest[end] != ";" && rest[end] != "+" {
+                // `+` ends the command only right after `{}`; elsewhere it is an argument.
+                while end < rest.len() && rest[end] != ";" && !(rest[end] == "+" && end > start && rest[end - 1] == "{}") {
                     end += 1;
                 }
                 walk(&rest[start..end], chain, depth + 1);

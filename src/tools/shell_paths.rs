@@ -8,8 +8,9 @@ use crate::sandbox::{Sandbox, VirtualPath};
 const MAX_OPTION_WORD: usize = 256;
 
 /// The texts of `args` that may name files: non-options (everything after `--`), the value
-/// of `--opt=value`, and for a short option with attached text (`-o/path`, `-xo../p`) every
-/// tail from its third character on, since which letters take a value is the program's.
+/// of `--opt=value`, for a short option with attached text (`-o/path`, `-xo../p`) every
+/// tail from its third character on, since which letters take a value is the program's, and
+/// in all of these the text after each `=` (`if=/path`).
 pub fn path_candidates(args: &[String]) -> Result<Vec<String>, String> {
     let mut out = Vec::new();
     let mut options_done = false;
@@ -29,6 +30,10 @@ pub fn path_candidates(args: &[String]) -> Result<Vec<String>, String> {
             out.extend(a.char_indices().skip(2).map(|(i, _)| a[i..].to_string()));
         }
     }
+    // `NAME=VALUE` words name files after the `=` (`dd if=/x of=/y`): every text after an
+    // `=` is a candidate too.
+    let values: Vec<String> = out.iter().flat_map(|c| c.match_indices('=').map(move |(i, _)| c[i + 1..].to_string())).collect();
+    out.extend(values);
     Ok(out)
 }
 
