@@ -67,3 +67,75 @@ fn sandbox_paths_check_the_value_of_a_name_value_word() {
     }
     assert!(matches!(policy.decide_in("dd if=a of=b bs=4k", &p.sandbox, "/out/pub"), ShellDecision::Allowed { .. }));
 }
+
+/// Runs `cmd` as the shell tool would (hardened argv, the guard's environment) in `dir`.
+fn guarded_git(dir: &std::path::Path, cmd: &str) -> std::process::Output {
+    use workcell::tools::{git_guard, launchers::analyse};
+    let args = shlex::split(cmd).expect("split");
+    let argv = git_guard::harden_argv(&args, &analyse(&args));
+    std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", dir)
+        .envs(git_guard::env())
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("git")
+}
+
+#[test]
+fn pre_approvable_git_commands_run_no_program_the_repository_names() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let repo = root.join("repo");
+    let marker = root.join("RAN");
+    let evil = root.join("evil.sh");
+    std::fs::write(&evil, format!("#!/bin/sh\necho \"$*\" >> {}\ncat\n", marker.display())).expect("write");
+    std::fs::set_permissions(&evil, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        let st = std::process::Command::new("git").args(args).current_dir(dir).env("GIT_CONFIG_NOSYSTEM", "1").env("HOME", &root).status().expect("git");
+        assert!(st.success(), "git {args:?}");
+    };
+    std::fs::create_dir_all(&repo).expect("mkdir");
+    git(&repo, &["init", "-q", "."]);
+    std::fs::write(repo.join("f"), "one\n").expect("write");
+    std::fs::write(repo.join(".gitattributes"), "f diff=evil\n").expect("write");
+    git(&repo, &["add", "."]);
+    git(&repo, &["-c", "user.name=w", "-c", "user.email=w@example.invalid", "commit", "-qm", "one"]);
+    std::fs::write(repo.join("f"), "two\n").expect("write");
+    git(&repo, &["-c", "user.name=w", "-c", "user.email=w@example.invalid", "commit", "-qam", "two"]);
+    std::fs::write(repo.join("f"), "three\n").expect("write");
+    let e = evil.display().to_string();
+    for (k, v) in [
+        ("user.name", "w".to_string()),
+        ("user.email", "w@example.invalid".to_string()),
+        ("diff.external", format!("{e} external")),
+        ("diff.evil.textconv", format!("{e} textconv")),
+        ("commit.gpgSign", "true".to_string()),
+        ("gpg.format", "ssh".to_string()),
+        ("gpg.ssh.defaultKeyCommand", format!("{e} defaultKeyCommand")),
+        ("color.ui", "always".to_string()),
+        ("interactive.diffFilter", format!("{e} diffFilter")),
+        ("core.alternateRefsCommand", format!("{e} alternateRefsCommand")),
+    ] {
+        git(&repo, &["config", k, &v]);
+    }
+    // An alternate, so that a fetch asks it for its refs.
+    let other = root.join("other");
+    git(&root, &["clone", "-q", repo.to_str().expect("utf-8"), other.to_str().expect("utf-8")]);
+    std::fs::write(repo.join(".git/objects/info/alternates"), format!("{}/.git/objects\n", other.display())).expect("write");
+    for cmd in [
+        "git log -p --ext-diff -1",
+        "git show --textconv HEAD",
+        "git diff --ext-diff --textconv",
+        "git commit -qam three",
+        "git add -p",
+        "git fetch -q ../other",
+    ] {
+        let out = guarded_git(&repo, cmd);
+        let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+        assert!(ran.is_empty(), "{cmd} ran a program from the repository's config: {ran}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -22,7 +22,13 @@ const CONFIG: &[(&str, &str)] = &[
     ("gpg.program", "gpg"),
     ("gpg.ssh.program", "ssh-keygen"),
     ("gpg.x509.program", "gpgsm"),
+    // Run to find an ssh signing key when `commit.gpgSign` asks for one: fail instead.
+    ("gpg.ssh.defaultKeyCommand", "false"),
     ("log.showSignature", "false"),
+    // `git add -p` pipes a coloured diff through it (colour can be forced by config).
+    ("interactive.diffFilter", "cat"),
+    // Run by fetch and receive-pack to list an alternate's refs; printing none is harmless.
+    ("core.alternateRefsCommand", "true"),
 ];
 
 /// The environment added to every shell-tool command.
@@ -55,7 +61,8 @@ const GLOBAL_WITH_VALUE: &[&str] = &["-C", "-c", "--git-dir", "--work-tree", "--
 /// `git diff`, `log` and `show` run external diff programs and textconv filters named in the
 /// repository's config (`diff.external`, `diff.<driver>.command|textconv`), which no single
 /// config value can switch off; for a `git` run directly, `--no-ext-diff --no-textconv` are
-/// added after those subcommands.
+/// added after those subcommands, and the command's own `--ext-diff` and `--textconv` (which
+/// would turn them back on: the last one wins) are dropped before any `--`.
 pub fn harden_argv(args: &[String], chain: &Chain) -> Vec<String> {
     let mut out = args.to_vec();
     if chain.stages.first().is_none_or(|s| s.name != "git") {
@@ -73,8 +80,12 @@ pub fn harden_argv(args: &[String], chain: &Chain) -> Vec<String> {
         }
     }
     if args.get(i).is_some_and(|sub| matches!(sub.as_str(), "diff" | "log" | "show")) {
-        out.insert(i + 1, "--no-textconv".into());
-        out.insert(i + 1, "--no-ext-diff".into());
+        let (head, tail) = args.split_at(i + 1);
+        let end = tail.iter().position(|w| w == "--").unwrap_or(tail.len());
+        out = head.to_vec();
+        out.extend(["--no-ext-diff".to_string(), "--no-textconv".to_string()]);
+        out.extend(tail[..end].iter().filter(|w| *w != "--ext-diff" && *w != "--textconv").cloned());
+        out.extend(tail[end..].iter().cloned());
     }
     out
 }
