@@ -40,6 +40,26 @@ pub fn escape_quoted(s: &str) -> Cow<'_, str> {
     escape_with(s, Keep::Backslashes)
 }
 
+/// `s` as a double-quoted string that reads the same in YAML and JSON, for text a person is
+/// told to paste into a config file: quotes, `#`, `,`, `}` cannot end the value early, and
+/// control and layout characters are `\uXXXX` escapes (all of them are in the BMP).
+pub fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if needs_escape(c) => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// What an escaping variant leaves as it is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Keep {
@@ -93,5 +113,14 @@ mod tests {
         assert_eq!(escape("a\u{7f}\u{85}b"), "a\\x7f\\x85b");
         assert_eq!(escape("a\\eb"), "a\\\\eb");
         assert_eq!(escape_lines("line one\nline\rtwo"), "line one\nline\\rtwo");
+    }
+
+    #[test]
+    fn quoted_strings_are_json() {
+        for s in ["/a/d, mode: rw} #", "q\"uote\\", "e\u{1b}[2J\u{202e}\u{85}x"] {
+            let q = quoted(s);
+            assert_eq!(serde_json::from_str::<String>(&q).expect("json"), s, "{q}");
+            assert!(!q.chars().any(|c| c.is_control() || is_layout_format(c)), "{q}");
+        }
     }
 }

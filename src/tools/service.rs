@@ -522,7 +522,8 @@ impl ToolService {
         let mut s = String::from("To keep the access granted in this session, add to workcell.yaml under sandbox.zones:\n");
         for x in e {
             let path = x.host_dir.to_string_lossy();
-            s.push_str(&format!("    {}: {{path: {}, mode: {}}}\n", escape(&x.zone), escape(&path), x.mode));
+            // Quoted: a directory name holding `, mode: rw} #` must not rewrite the line.
+            s.push_str(&format!("    {}: {{path: {}, mode: {}}}\n", escape(&x.zone), crate::term::quoted(&path), x.mode));
         }
         Some(s)
     }

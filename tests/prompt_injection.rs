@@ -1,0 +1,41 @@
+//! Text a worker chooses (directory names) printed for a person to act on: the expansion
+//! summary's `zones:` lines must say what was granted, whatever the directory is called.
+
+use std::sync::Arc;
+
+use workcell::config::{BackendChoice, Project};
+use workcell::tools::approval::{ApprovalMode, Approver};
+use workcell::tools::audit::AuditLog;
+use workcell::tools::runner::BackendRunner;
+use workcell::tools::service::{Caller, ToolService};
+
+#[test]
+fn the_expansion_summary_cannot_be_made_to_grant_more_than_was_granted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+    std::fs::create_dir(root.join("out")).expect("mkdir");
+    // A directory the worker created in its own zone, named so that the pasted line, read as
+    // YAML, would end the mapping and turn the rest into a comment: `{path: …/d, mode: rw} #`.
+    let crafted = root.join("out/d, mode: rw} #");
+    std::fs::create_dir(&crafted).expect("mkdir");
+    std::fs::create_dir(root.join("out/d")).expect("mkdir");
+    let yaml = "sandbox:\n  dynamic: true\n  zones:\n    out: {path: ./out, mode: rw}\n";
+    let project = Arc::new(Project::from_text(yaml, &root.join("workcell.yaml"), &root).expect("project"));
+    let runner = Arc::new(BackendRunner::new(project.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
+    let service = ToolService::new(
+        project.clone(),
+        Caller::default(),
+        project.sandbox.clone(),
+        Approver::new(ApprovalMode::ApproveAll, None),
+        AuditLog::new(&root, "r"),
+        runner,
+    );
+    service.request_access(&crafted.to_string_lossy(), "ro").expect("granted");
+    let summary = service.expansion_summary().expect("summary");
+    let lines: String = summary.lines().filter(|l| l.starts_with("    ")).map(|l| format!("{l}\n")).collect();
+    let pasted = Project::from_text(&format!("sandbox:\n  zones:\n{lines}"), &root.join("workcell.yaml"), &root).expect("the pasted lines parse");
+    assert!(pasted.sandbox.resolve("/granted-1").is_ok(), "{summary}");
+    assert!(pasted.sandbox.resolve_for_write("/granted-1/new.txt").is_err(), "the pasted line grants write access: {summary}");
+    std::fs::write(crafted.join("inside.txt"), "x").expect("write");
+    assert!(pasted.sandbox.resolve("/granted-1/inside.txt").is_ok(), "the pasted line names another directory: {summary}");
+}
