@@ -60,6 +60,14 @@ pub fn quoted(s: &str) -> String {
     out
 }
 
+/// A JSON line safe to print: serde_json escapes C0 controls but leaves DEL, C1 controls and
+/// layout characters raw. They only occur inside strings, where `\uXXXX` means the same.
+pub fn json_for_terminal(line: &str) -> String {
+    line.chars()
+        .map(|c| if needs_escape(c) && c != '\\' { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() } else { c.to_string() })
+        .collect()
+}
+
 /// What an escaping variant leaves as it is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Keep {

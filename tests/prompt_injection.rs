@@ -39,3 +39,30 @@ fn the_expansion_summary_cannot_be_made_to_grant_more_than_was_granted() {
     std::fs::write(crafted.join("inside.txt"), "x").expect("write");
     assert!(pasted.sandbox.resolve("/granted-1/inside.txt").is_ok(), "the pasted line names another directory: {summary}");
 }
+
+/// `find out | workcell check --stdin`: the names come from files a worker created, and each
+/// verdict line quotes its path back.
+#[test]
+fn check_never_echoes_a_path_with_control_characters() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(tmp.path().join("out")).expect("mkdir");
+    std::fs::write(tmp.path().join("workcell.yaml"), "sandbox:\n  zones:\n    out: {path: ./out, mode: rw}\n").expect("write");
+    for args in
+        [&["check", "--stdin"][..], &["check", "--write", "--stdin"], &["check", "--json", "--stdin"], &["check", "/out/a\u{1b}[2Jb", "/out/ok\u{202e}txt"]]
+    {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .args(args)
+            .current_dir(tmp.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("workcell");
+        child.stdin.take().expect("stdin").write_all("/out/a\u{1b}[2Jb\n/out/ok\u{202e}txt\n/out/x\u{7}\n".as_bytes()).expect("write");
+        let out = child.wait_with_output().expect("wait");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}') && !text.contains('\u{7}'), "{args:?}: {text:?}");
+        assert!(text.contains("\\e[2J") || text.contains("\\u{202e}") || text.contains("\\u202e"), "{args:?}: {text:?}");
+    }
+}

@@ -4,17 +4,9 @@ use clap::Args;
 
 use super::{load_project, Cli, CliError};
 use crate::term::escape;
-use crate::term::needs_escape;
+use crate::term::json_for_terminal;
 use crate::tools::audit::read_all;
 use serde_json::Value;
-
-/// A JSON line safe to print: serde_json escapes C0 controls but leaves DEL, C1 controls and
-/// layout characters raw. They only occur inside strings, where `\uXXXX` means the same.
-fn json_for_terminal(line: &str) -> String {
-    line.chars()
-        .map(|c| if needs_escape(c) && c != '\\' { c.encode_utf16(&mut [0; 2]).iter().map(|u| format!("\\u{u:04x}")).collect() } else { c.to_string() })
-        .collect()
-}
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {

@@ -64,6 +64,8 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<i32, CliError> {
     let mut refused = false;
     let mut check_one = |path: &str, out: &mut dyn Write| -> std::io::Result<()> {
         let result = verdict(&sandbox, path, args.write);
+        // The path is quoted back: paths piped in may be names a worker chose.
+        let shown = crate::term::escape_quoted(path);
         refused |= result.is_err();
         if args.json {
             let v = Verdict {
@@ -72,15 +74,15 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<i32, CliError> {
                 kind: result.as_ref().err().map(SandboxError::kind),
                 message: result.as_ref().err().map(ToString::to_string),
             };
-            writeln!(out, "{}", serde_json::to_string(&v).unwrap_or_default())
+            writeln!(out, "{}", crate::term::json_for_terminal(&serde_json::to_string(&v).unwrap_or_default()))
         } else if args.stdin {
             match &result {
-                Ok(()) => writeln!(out, "allowed\t{path}"),
-                Err(e) => writeln!(out, "refused\t{path}\t{}\t{}", e.kind(), e.to_string().replace('\n', " ")),
+                Ok(()) => writeln!(out, "allowed\t{shown}"),
+                Err(e) => writeln!(out, "refused\t{shown}\t{}\t{}", e.kind(), e.to_string().replace('\n', " ")),
             }
         } else {
             match &result {
-                Ok(()) => writeln!(out, "allowed: {path}"),
+                Ok(()) => writeln!(out, "allowed: {shown}"),
                 Err(e) => writeln!(out, "refused: {e}"),
             }
         }
