@@ -14,14 +14,16 @@
 //!
 //! Directories are compared by identity (device and inode), the zone and each directory
 //! above it, so another name for one of them (a bind mount, `/var/run` for `/run`) is
-//! caught too.
+//! caught too. A kernel file system (a procfs, sysfs or cgroup hierarchy mounted anywhere)
+//! is refused as a zone by its type, and the mounts inside a zone (bound with it, since
+//! every backend binds recursively) are judged like the zone itself (`mounted`).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
-use super::ZoneMode;
+use super::{mounted, ZoneMode};
 
 const SOCKETS: &str = "it holds daemons' sockets (Docker's among them), and a read-only mount does not stop a worker from connecting to a socket";
 const KERNEL: &str = "it exposes the kernel's and every process's state (/proc/1/root is the host's whole file system)";
@@ -86,6 +88,8 @@ pub enum UnsafeZone {
         socket.display()
     )]
     EngineSocket { zone: String, path: PathBuf, socket: PathBuf },
+    #[error("zone '{zone}': {} has {} mounted inside it ({what}), and a zone is bound with every mount inside it; unmount it, or use a directory without it", path.display(), mount.display())]
+    Mounted { zone: String, path: PathBuf, mount: PathBuf, what: String },
     #[error("zone '{zone}': the directory changed while workcell opened it ({} was checked, {} was opened); someone is moving directories or links in the project", checked.display(), opened.display())]
     Changed { zone: String, checked: PathBuf, opened: PathBuf },
 }
@@ -94,6 +98,36 @@ pub enum UnsafeZone {
 /// for messages when the handle has no name.
 pub fn check(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, shown: &Path) -> Result<(), UnsafeZone> {
     let path = current_path(dir).unwrap_or_else(|| shown.to_path_buf());
+    judge(zone, dir, mode, &path)?;
+    for m in mounted::inside(&path, &mounted::mounts()) {
+        let refuse = |what: String| UnsafeZone::Mounted { zone: zone.into(), path: path.clone(), mount: m.entry.mount_point.clone(), what };
+        if mounted::is_kernel_fs(&m.entry.fstype) {
+            return Err(refuse(format!("a {} file system, kernel state", m.entry.fstype)));
+        }
+        // What the mount shows, where it lives on the host: a directory is judged as a
+        // zone would be; a single file by its directory (a bound `/run/docker.sock` by /run).
+        for source in &m.sources {
+            let Ok(fd) = rustix::fs::open(source, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) else { continue };
+            let is_dir = rustix::fs::fstat(&fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
+            let fd = if is_dir { fd } else { parent_of(source).unwrap_or(fd) };
+            if let Err(e) = judge(zone, fd.as_fd(), mode, source) {
+                let prefix = format!("zone '{zone}': ");
+                let text = e.to_string();
+                return Err(refuse(format!("it shows {}: {}", source.display(), text.strip_prefix(&prefix).unwrap_or(&text))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The directory holding the file `p`, opened by path (mount sources are host paths).
+fn parent_of(p: &Path) -> Option<OwnedFd> {
+    rustix::fs::open(p.parent()?, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()
+}
+
+/// The rules for one directory, by identity (the zone's own, or a mount's inside it).
+fn judge(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, path: &Path) -> Result<(), UnsafeZone> {
+    let path = path.to_path_buf();
     let chain = ancestors(dir);
     let rules = NEVER.iter().map(|r| (r, false)).chain(NEVER_WRITABLE.iter().map(|r| (r, true)));
     for (rule, writable_only) in rules {
@@ -110,6 +144,11 @@ pub fn check(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, shown: &Path) -> R
         };
         let (mode_note, advice) = if writable_only { (" read-write", ", or make it read-only (mode: ro)") } else { ("", "") };
         return Err(UnsafeZone::System { zone: zone.into(), path, place, mode_note, why: rule.why, advice });
+    }
+    // After the rules, which name the usual places (`/proc`) better.
+    if let Some(fs) = mounted::kernel_fs_of(dir) {
+        let place = format!(" (a {fs} file system)");
+        return Err(UnsafeZone::System { zone: zone.into(), path, place, mode_note: "", why: KERNEL, advice: "" });
     }
     if let Some(socket) = engine_socket(dir, &chain) {
         return Err(UnsafeZone::EngineSocket { zone: zone.into(), path, socket });
@@ -198,7 +237,7 @@ fn engine_socket(dir: BorrowedFd<'_>, chain: &[Id]) -> Option<PathBuf> {
     let from_env = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
     let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(|d| [Path::new(&d).join("docker.sock"), Path::new(&d).join("podman/podman.sock")]);
     let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".docker/run/docker.sock"));
-    let places = SOCKET_PATHS.iter().map(PathBuf::from).chain(from_env).chain(runtime.into_iter().flatten()).chain(home);
+    let places = SOCKET_PATHS.iter().map(PathBuf::from).chain(from_env).chain(runtime.into_iter().flatten()).chain(home).chain(listening_engine_sockets());
     let zone = chain.first()?;
     for socket in places {
         let Ok(real) = std::fs::canonicalize(&socket) else { continue };
@@ -208,6 +247,19 @@ fn engine_socket(dir: BorrowedFd<'_>, chain: &[Id]) -> Option<PathBuf> {
         }
     }
     None
+}
+
+/// Engine sockets that a process of this network namespace has bound, wherever they are
+/// (`dockerd -H unix:///srv/ci/docker.sock`): a zone holding one, at any depth, is refused.
+fn listening_engine_sockets() -> Vec<PathBuf> {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.file_name().is_some_and(|n| SOCKET_NAMES.iter().any(|s| n == *s)))
+        .collect()
 }
 
 #[cfg(test)]
