@@ -166,7 +166,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let worker_instructions = worker.map(|w| w.instructions.clone());
     let project = Arc::new(project);
     let mode = args.approvals.mode();
-    let runner = BackendRunner::new(project.clone(), choice, mode);
+    let runner = BackendRunner::new(project.clone(), choice, mode).serving(plan.limits);
     let runner_exec = runner.exec_in.clone();
     let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
     let broker = if args.no_broker { None } else { Some(Broker::bind(service.clone()).map_err(CliError::Failed)?) };

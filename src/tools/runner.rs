@@ -2,7 +2,7 @@
 //! the selected backend: the command sees the caller's sandbox, nothing more.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 
@@ -25,6 +25,12 @@ pub struct BackendRunner {
     /// The docker run this runner serves, once its container exists: shell commands are then
     /// executed in that container rather than in a fresh one.
     pub exec_in: Arc<OnceLock<LaunchPlan>>,
+    /// The limits of the run this runner serves (none for `workcell mcp`): its shell commands
+    /// get the same memory, CPU and process limits as the worker that asks for them.
+    pub limits: Limits,
+    /// When that run's timeout ends: no shell command or child worker it starts lives longer
+    /// (the worker is gone by then, and workcell would wait for them).
+    pub deadline: Option<Instant>,
 }
 
 /// A prompter for `mode`: the terminal when interactive and one exists, else none.
@@ -58,7 +64,22 @@ fn text_of(mut bytes: Vec<u8>, mut cut: u64) -> (String, u64) {
 
 impl BackendRunner {
     pub fn new(project: Arc<Project>, choice: BackendChoice, mode: ApprovalMode) -> BackendRunner {
-        BackendRunner { project, choice, mode, exec_in: Arc::new(OnceLock::new()) }
+        BackendRunner { project, choice, mode, exec_in: Arc::new(OnceLock::new()), limits: Limits::default(), deadline: None }
+    }
+
+    /// This runner for a run with `limits` that starts now.
+    pub fn serving(self, limits: Limits) -> BackendRunner {
+        BackendRunner { limits, deadline: limits.timeout.map(|t| Instant::now() + t), ..self }
+    }
+
+    /// `wanted` cut to what is left of the run's time; an error once nothing is left.
+    fn within_deadline(&self, wanted: Option<Duration>) -> Result<Option<Duration>, String> {
+        let Some(deadline) = self.deadline else { return Ok(wanted) };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left < Duration::from_millis(1) {
+            return Err("the run's timeout has passed; nothing more can be started in it".into());
+        }
+        Ok(Some(wanted.map_or(left, |w| w.min(left))))
     }
 
     fn select(&self, plan: &LaunchPlan) -> Result<backend::Selected, String> {
@@ -80,15 +101,16 @@ impl BackendRunner {
 
 impl SandboxRunner for BackendRunner {
     fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, String> {
+        let timeout = self.within_deadline(Some(Duration::from_secs(timeout_secs)))?.unwrap_or(Duration::from_secs(timeout_secs));
         if let Some(running) = self.exec_in.get() {
             let mut plan = running.clone();
             plan.workdir = cmd.workdir.clone();
             plan.env.extend(cmd.env.iter().cloned());
-            return backend::docker::exec_captured(&plan, &cmd.args, Duration::from_secs(timeout_secs)).map(to_output).map_err(|e| e.to_string());
+            return backend::docker::exec_captured(&plan, &cmd.args, timeout).map(to_output).map_err(|e| e.to_string());
         }
         let ov = Overrides {
             command: Some(cmd.args.clone()),
-            limits: Limits { timeout: Some(Duration::from_secs(timeout_secs)), ..Limits::default() },
+            limits: Limits { timeout: Some(timeout), ..self.limits },
             env: cmd.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             workdir: Some(cmd.workdir.clone()),
             ..Overrides::default()
@@ -115,11 +137,12 @@ impl SandboxRunner for BackendRunner {
         chain: &[String],
     ) -> Result<ShellOutput, String> {
         let mut plan = LaunchPlan::build(&self.project, Some(worker), sandbox, &Overrides::default()).map_err(|e| e.to_string())?;
+        plan.limits.timeout = self.within_deadline(plan.limits.timeout)?;
         let audit = AuditLog::new(&self.project.dir, &plan.run_id);
         let selected = self.select(&plan)?;
         let caller = Caller { worker: Some(worker.clone()), chain: chain.to_vec() };
         // The child's own runner: its shell commands go to the child's container.
-        let child_runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), ..self.clone() };
+        let child_runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), ..self.clone() }.serving(plan.limits);
         let service = Arc::new(child_runner.service_for(caller, sandbox.clone(), &plan.run_id));
         // Reserved before anything is copied, released when this run is over.
         let _reserved = Reservation::take(attachments.iter().map(|a| a.size).fold(0u64, u64::saturating_add))?;

@@ -398,12 +398,12 @@ impl ToolService {
             self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
         }
         let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env: git_guard::env(), workdir };
-        let mut out =
-            self.runner.run(&sb, &run, timeout.clamp(1, 3600)).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
+        let timeout = timeout.clamp(1, 3600);
+        let mut out = self.runner.run(&sb, &run, timeout).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
         out.stdout_truncated_bytes = cap(&mut out.stdout, out.stdout_truncated_bytes);
         out.stderr_truncated_bytes = cap(&mut out.stderr, out.stderr_truncated_bytes);
         if out.timed_out {
-            out.stderr.push_str(&format!("\n[workcell: the command was killed after {timeout} s]"));
+            out.stderr.push_str(&format!("\n[workcell: the command was killed at its timeout ({timeout} s) or at the end of the run's own time]"));
         }
         if out.exit_code != 0 {
             annotate(&mut out, &sb);
