@@ -20,6 +20,8 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 
@@ -76,6 +78,45 @@ const SOCKET_PATHS: &[&str] = &[
     "/var/lib/docker/docker.sock",
 ];
 
+/// What the checks compare against, read from the host: the identities of the rules'
+/// directories, where engine sockets are (with the directories above each), and the mounts.
+struct HostFacts {
+    rules: Vec<(&'static Rule, bool, Id)>,
+    sockets: Vec<(PathBuf, Vec<Id>)>,
+    mounts: Vec<mounted::MountEntry>,
+}
+
+/// How long one reading of the host's facts serves: a run checks every zone two or three
+/// times within milliseconds (config, sandbox, plan), and reading `/proc/self/mountinfo` and
+/// `/proc/net/unix` each time was most of what the checks cost (≈ 0.6 ms of a bwrap launch);
+/// a long session (`workcell mcp`) still sees mounts and sockets that appear later.
+const FACTS_FRESH: Duration = Duration::from_secs(1);
+
+fn facts() -> Arc<HostFacts> {
+    static CACHE: Mutex<Option<(Instant, Arc<HostFacts>)>> = Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((at, f)) = cache.as_ref() {
+        if at.elapsed() < FACTS_FRESH {
+            return f.clone();
+        }
+    }
+    let rules = NEVER
+        .iter()
+        .map(|r| (r, false))
+        .chain(NEVER_WRITABLE.iter().map(|r| (r, true)))
+        .filter_map(|(r, writable_only)| identity_of(Path::new(r.path)).map(|id| (r, writable_only, id)))
+        .collect();
+    let from_env = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(|d| [Path::new(&d).join("docker.sock"), Path::new(&d).join("podman/podman.sock")]);
+    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".docker/run/docker.sock"));
+    let places = SOCKET_PATHS.iter().map(PathBuf::from).chain(from_env).chain(runtime.into_iter().flatten()).chain(home).chain(listening_engine_sockets());
+    // The socket's directory and each one above it.
+    let sockets = places.filter_map(|s| std::fs::canonicalize(&s).ok().map(|real| (s, real.ancestors().skip(1).filter_map(identity_of).collect()))).collect();
+    let f = Arc::new(HostFacts { rules, sockets, mounts: mounted::mounts() });
+    *cache = Some((Instant::now(), f.clone()));
+    f
+}
+
 /// Why a directory may not be a zone. Messages are for the person who configures (they name
 /// host paths); `zone` is the zone's name as written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,8 +139,9 @@ pub enum UnsafeZone {
 /// for messages when the handle has no name.
 pub fn check(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, shown: &Path) -> Result<(), UnsafeZone> {
     let path = current_path(dir).unwrap_or_else(|| shown.to_path_buf());
-    judge(zone, dir, mode, &path)?;
-    for m in mounted::inside(&path, &mounted::mounts()) {
+    let facts = facts();
+    judge(&facts, zone, dir, mode, &path)?;
+    for m in mounted::inside(&path, &facts.mounts) {
         let refuse = |what: String| UnsafeZone::Mounted { zone: zone.into(), path: path.clone(), mount: m.entry.mount_point.clone(), what };
         if mounted::is_kernel_fs(&m.entry.fstype) {
             return Err(refuse(format!("a {} file system, kernel state", m.entry.fstype)));
@@ -110,7 +152,7 @@ pub fn check(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, shown: &Path) -> R
             let Ok(fd) = rustix::fs::open(source, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) else { continue };
             let is_dir = rustix::fs::fstat(&fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_dir());
             let fd = if is_dir { fd } else { parent_of(source).unwrap_or(fd) };
-            if let Err(e) = judge(zone, fd.as_fd(), mode, source) {
+            if let Err(e) = judge(&facts, zone, fd.as_fd(), mode, source) {
                 let prefix = format!("zone '{zone}': ");
                 let text = e.to_string();
                 return Err(refuse(format!("it shows {}: {}", source.display(), text.strip_prefix(&prefix).unwrap_or(&text))));
@@ -126,15 +168,13 @@ fn parent_of(p: &Path) -> Option<OwnedFd> {
 }
 
 /// The rules for one directory, by identity (the zone's own, or a mount's inside it).
-fn judge(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, path: &Path) -> Result<(), UnsafeZone> {
+fn judge(facts: &HostFacts, zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, path: &Path) -> Result<(), UnsafeZone> {
     let path = path.to_path_buf();
     let chain = ancestors(dir);
-    let rules = NEVER.iter().map(|r| (r, false)).chain(NEVER_WRITABLE.iter().map(|r| (r, true)));
-    for (rule, writable_only) in rules {
+    for &(rule, writable_only, id) in &facts.rules {
         if writable_only && mode == ZoneMode::Ro {
             continue;
         }
-        let Some(id) = identity_of(Path::new(rule.path)) else { continue };
         let hit = if rule.inside { chain.iter().position(|c| *c == id) } else { (chain.first() == Some(&id)).then_some(0) };
         let Some(depth) = hit else { continue };
         let place = match depth {
@@ -150,7 +190,7 @@ fn judge(zone: &str, dir: BorrowedFd<'_>, mode: ZoneMode, path: &Path) -> Result
         let place = format!(" (a {fs} file system)");
         return Err(UnsafeZone::System { zone: zone.into(), path, place, mode_note: "", why: KERNEL, advice: "" });
     }
-    if let Some(socket) = engine_socket(dir, &chain) {
+    if let Some(socket) = engine_socket(facts, dir, &chain) {
         return Err(UnsafeZone::EngineSocket { zone: zone.into(), path, socket });
     }
     Ok(())
@@ -224,8 +264,8 @@ fn ancestors(dir: BorrowedFd<'_>) -> Vec<Id> {
 }
 
 /// An engine socket the directory holds: one of [`SOCKET_NAMES`] in it, or one of the usual
-/// socket places (and `DOCKER_HOST`'s) beneath it.
-fn engine_socket(dir: BorrowedFd<'_>, chain: &[Id]) -> Option<PathBuf> {
+/// socket places (and `DOCKER_HOST`'s, and any listening one) beneath it.
+fn engine_socket(facts: &HostFacts, dir: BorrowedFd<'_>, chain: &[Id]) -> Option<PathBuf> {
     use rustix::fs::{AtFlags, FileType};
     for name in SOCKET_NAMES {
         if let Ok(st) = rustix::fs::statat(dir, *name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -234,19 +274,8 @@ fn engine_socket(dir: BorrowedFd<'_>, chain: &[Id]) -> Option<PathBuf> {
             }
         }
     }
-    let from_env = std::env::var("DOCKER_HOST").ok().and_then(|h| h.strip_prefix("unix://").map(PathBuf::from));
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(|d| [Path::new(&d).join("docker.sock"), Path::new(&d).join("podman/podman.sock")]);
-    let home = std::env::var_os("HOME").map(|h| Path::new(&h).join(".docker/run/docker.sock"));
-    let places = SOCKET_PATHS.iter().map(PathBuf::from).chain(from_env).chain(runtime.into_iter().flatten()).chain(home).chain(listening_engine_sockets());
     let zone = chain.first()?;
-    for socket in places {
-        let Ok(real) = std::fs::canonicalize(&socket) else { continue };
-        // The socket's directory and each one above it: is the zone one of them?
-        if real.ancestors().skip(1).filter_map(identity_of).any(|id| id == *zone) {
-            return Some(socket);
-        }
-    }
-    None
+    facts.sockets.iter().find(|(_, above)| above.contains(zone)).map(|(socket, _)| socket.clone())
 }
 
 /// Engine sockets that a process of this network namespace has bound, wherever they are
