@@ -2,7 +2,6 @@
 //! MCP) asks for, checked against the sandbox and its policies, gated by approvals, and
 //! recorded in the audit log. One service, two transports.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -14,8 +13,13 @@ use super::git_guard;
 use super::launchers::analyse;
 use super::shell::{ShellDecision, ShellPolicy};
 use crate::config::{Project, Worker};
-use crate::sandbox::{Approval, Mount, Sandbox, SandboxError, ZoneMode};
-use crate::term::escape;
+use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
+
+mod requests;
+mod expansion;
+
+pub use requests::{AccessArgs, CallWorkerArgs, EditArgs, ListArgs, PathArgs, ReadArgs, ShellArgs, WriteArgs};
+pub use expansion::Expansion;
 
 /// Default and largest `read_file` window, in characters.
 pub const DEFAULT_MAX_CHARS: usize = 200_000;
@@ -107,80 +111,6 @@ pub struct Caller {
     pub worker: Option<Worker>,
     /// Worker names from the top of the chain to this caller.
     pub chain: Vec<String>,
-}
-
-/// A `read_file` request.
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct ReadArgs {
-    /// Sandbox path, e.g. /data/report.md.
-    pub path: String,
-    /// Characters to return (default 200000).
-    pub max_chars: Option<usize>,
-    /// Character offset to start from (default 0).
-    pub offset: Option<usize>,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct WriteArgs {
-    pub path: String,
-    pub content: String,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct EditArgs {
-    pub path: String,
-    /// Text that occurs exactly once in the file.
-    pub old_text: String,
-    pub new_text: String,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct PathArgs {
-    pub path: String,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct ListArgs {
-    /// Directory to list (default "/": the zones).
-    pub path: Option<String>,
-    /// Glob relative to it; '*' stays within one directory, '**' crosses them (default "*").
-    pub pattern: Option<String>,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct ShellArgs {
-    /// One command line, without pipes, redirections or chains.
-    pub command: String,
-    /// Seconds before the command is killed (default 30).
-    pub timeout: Option<u64>,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct CallWorkerArgs {
-    /// Worker name (one this worker may call).
-    pub name: String,
-    /// Input text handed to the child.
-    #[serde(default)]
-    pub input: String,
-    /// Sandbox paths of files the child receives read-only.
-    #[serde(default)]
-    pub attachments: Vec<String>,
-}
-
-#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
-pub struct AccessArgs {
-    /// A host path outside the sandbox (absolute).
-    pub path: String,
-    /// "ro" or "rw".
-    pub mode: String,
-}
-
-/// Directories granted during this session by dynamic expansion.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Expansion {
-    pub host_dir: PathBuf,
-    pub zone: String,
-    pub mode: ZoneMode,
 }
 
 /// The tool service of one run (or one MCP session).
@@ -463,69 +393,6 @@ impl ToolService {
             "output_truncated_bytes": output_cut,
             "stderr_truncated_bytes": stderr_cut,
         }))
-    }
-
-    /// Seed 000: grants access to a directory outside the sandbox for this session, after
-    /// consent, read and write separately. Only with `dynamic: true`.
-    pub fn request_access(&self, path: &str, mode: &str) -> Result<Value, ToolError> {
-        if !self.project.dynamic {
-            return Err(ToolError::Refused(
-                "access outside the sandbox cannot be granted: this project does not enable dynamic expansion (sandbox.dynamic: true)".into(),
-            ));
-        }
-        let mode = match mode {
-            "ro" => ZoneMode::Ro,
-            "rw" => ZoneMode::Rw,
-            other => return Err(ToolError::Refused(format!("mode '{other}' is not 'ro' or 'rw'"))),
-        };
-        let p = std::path::Path::new(path);
-        if let Some(c) = path.chars().find(|c| c.is_control()) {
-            return Err(ToolError::Refused(format!(
-                "'{}' contains the control character U+{:04X}; paths cannot contain control characters",
-                escape(path),
-                c as u32
-            )));
-        }
-        if !p.is_absolute() {
-            return Err(ToolError::Refused(format!("'{}' must be an absolute host path", escape(path))));
-        }
-        // Resolved once, into a handle: the prompt shows the path that handle has, and the
-        // grant is that handle, so swapping a link in while the person reads changes nothing.
-        let opened = crate::sandbox::open_for_expansion(p).map_err(|e| ToolError::Refused(format!("'{path}' cannot be used: {e}")))?;
-        let dir = opened.path.clone();
-        if dir.to_string_lossy().chars().any(|c| c.is_control()) {
-            return Err(ToolError::Refused(format!("'{}' resolves to a directory whose path contains control characters; it cannot be granted", escape(path))));
-        }
-        // Before asking: a person's yes does not make `/` or a docker socket's directory safe.
-        crate::sandbox::hostdir::check("requested", std::os::fd::AsFd::as_fd(&opened.dir), mode, &dir).map_err(|e| ToolError::Refused(e.to_string()))?;
-        let verb = if mode == ZoneMode::Rw { "read and write" } else { "read" };
-        self.consent(ApprovalRequest::new(Action::Expand, format!("{} ({verb}) for this session", dir.display()), format!("{}:{mode}", dir.display())))?;
-        let zone = format!("granted-{}", self.expansions().len() + 1);
-        let mut sb = self.sandbox.write().map_err(|_| ToolError::Failed("the sandbox lock was poisoned".into()))?;
-        let expanded = sb.with_extra_mount(&zone, opened, mode).map_err(ToolError::Sandbox)?;
-        *sb = expanded;
-        if let Ok(mut e) = self.expansions.lock() {
-            e.push(Expansion { host_dir: dir.clone(), zone: zone.clone(), mode });
-        }
-        self.audit
-            .record("expansion", json!({"host_dir": dir, "zone": zone, "mode": mode}))
-            .map_err(|e| ToolError::Failed(format!("cannot write the audit log: {e}")))?;
-        Ok(json!({"granted": format!("/{zone}"), "mode": mode, "note": format!("the directory is reachable at /{zone} for this session")}))
-    }
-
-    /// The `zones:` lines that would make this session's expansions permanent.
-    pub fn expansion_summary(&self) -> Option<String> {
-        let e = self.expansions();
-        if e.is_empty() {
-            return None;
-        }
-        let mut s = String::from("To keep the access granted in this session, add to workcell.yaml under sandbox.zones:\n");
-        for x in e {
-            let path = x.host_dir.to_string_lossy();
-            // Quoted: a directory name holding `, mode: rw} #` must not rewrite the line.
-            s.push_str(&format!("    {}: {{path: {}, mode: {}}}\n", escape(&x.zone), crate::term::quoted(&path), x.mode));
-        }
-        Some(s)
     }
 }
 

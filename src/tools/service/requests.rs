@@ -1,0 +1,70 @@
+//! The JSON arguments of each tool, as both transports (broker, MCP) receive them; their doc
+//! comments become the MCP schema's descriptions.
+
+use serde::Deserialize;
+
+/// A `read_file` request.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct ReadArgs {
+    /// Sandbox path, e.g. /data/report.md.
+    pub path: String,
+    /// Characters to return (default 200000).
+    pub max_chars: Option<usize>,
+    /// Character offset to start from (default 0).
+    pub offset: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct WriteArgs {
+    pub path: String,
+    pub content: String,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct EditArgs {
+    pub path: String,
+    /// Text that occurs exactly once in the file.
+    pub old_text: String,
+    pub new_text: String,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct PathArgs {
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct ListArgs {
+    /// Directory to list (default "/": the zones).
+    pub path: Option<String>,
+    /// Glob relative to it; '*' stays within one directory, '**' crosses them (default "*").
+    pub pattern: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct ShellArgs {
+    /// One command line, without pipes, redirections or chains.
+    pub command: String,
+    /// Seconds before the command is killed (default 30).
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct CallWorkerArgs {
+    /// Worker name (one this worker may call).
+    pub name: String,
+    /// Input text handed to the child.
+    #[serde(default)]
+    pub input: String,
+    /// Sandbox paths of files the child receives read-only.
+    #[serde(default)]
+    pub attachments: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+pub struct AccessArgs {
+    /// A host path outside the sandbox (absolute).
+    pub path: String,
+    /// "ro" or "rw".
+    pub mode: String,
+}
