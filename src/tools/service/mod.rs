@@ -15,11 +15,11 @@ use super::shell::{ShellDecision, ShellPolicy};
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
 
-mod requests;
 mod expansion;
+mod requests;
 
-pub use requests::{AccessArgs, CallWorkerArgs, EditArgs, ListArgs, PathArgs, ReadArgs, ShellArgs, WriteArgs};
 pub use expansion::Expansion;
+pub use requests::{AccessArgs, CallWorkerArgs, EditArgs, ListArgs, PathArgs, ReadArgs, ShellArgs, WriteArgs};
 
 /// Default and largest `read_file` window, in characters.
 pub const DEFAULT_MAX_CHARS: usize = 200_000;
