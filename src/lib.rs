@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod fds;
 pub mod plan;
+pub mod run;
 pub mod sandbox;
 pub mod term;
 pub mod tools;

@@ -8,13 +8,12 @@ use clap::Args;
 use std::sync::Arc;
 
 use super::{load_project, ApprovalFlags, Cli, CliError};
-use crate::backend::{self, Selected};
+use crate::backend::Selected;
 use crate::config::{find_config, parse_cpus, parse_memory, parse_pids, parse_timeout, BackendChoice, Limits, Project};
-use crate::plan::{LaunchPlan, Overrides};
+use crate::plan::Overrides;
+use crate::run::{RunError, Services, Session, Spec};
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
-use crate::tools::broker::Broker;
 use crate::tools::runner::BackendRunner;
-use crate::tools::service::Caller;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -140,7 +139,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     };
 
     let limits = Limits { timeout: args.timeout, memory_bytes: args.memory, cpus: args.cpus, pids: args.pids };
-    let ov = Overrides {
+    let overrides = Overrides {
         image: args.image.clone(),
         command: (!args.command.is_empty()).then(|| args.command.clone()),
         network: args.network.then_some(true),
@@ -150,53 +149,41 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         interactive: args.interactive,
         tty: args.tty,
     };
-    let mut plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
     let choice = args.backend.or(worker.and_then(|w| w.backend)).unwrap_or(project.defaults.backend);
-    let selected = backend::select(choice, &plan, project.require_os_sandbox).map_err(|e| CliError::Failed(e.to_string()))?;
+    let worker = worker.cloned();
+    let worker = worker.as_ref();
+    let project = Arc::new(project);
+    let spec = Spec {
+        project: project.clone(),
+        worker,
+        sandbox,
+        overrides,
+        choice,
+        parent: BackendRunner::new(project.clone(), choice, args.approvals.mode()),
+        chain: worker.iter().map(|w| w.name.clone()).collect(),
+        services: if args.no_broker { Services::None } else { Services::Broker { instructions: worker.map(|w| w.instructions.as_str()) } },
+    };
+    let session = Session::prepare(spec).map_err(run_error)?;
+    let selected = session.backend();
     if choice == BackendChoice::Auto && selected != Selected::Docker {
         eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());
     }
     if selected == Selected::None && choice != BackendChoice::None {
         eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
     }
-    tracing::info!(run_id = %plan.run_id, backend = selected.name(), "starting run");
-
-    // The broker: the worker's way to ask the host for what its mounts do not allow.
-    let caller = Caller { worker: worker.cloned(), chain: worker.iter().map(|w| w.name.clone()).collect() };
-    let worker_instructions = worker.map(|w| w.instructions.clone());
-    let project = Arc::new(project);
-    let mode = args.approvals.mode();
-    let runner = BackendRunner::new(project.clone(), choice, mode).serving(plan.limits);
-    let runner_exec = runner.exec_in.clone();
-    let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
-    let broker = if args.no_broker { None } else { Some(Broker::bind(service.clone()).map_err(CliError::Failed)?) };
-    if let (Some(broker), Some(text)) = (&broker, worker_instructions) {
-        broker.stage("instructions.md", text.as_bytes()).map_err(CliError::Failed)?;
-        plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
-    }
-    if let Some(broker) = &broker {
-        broker.share_with(plan.user).map_err(CliError::Failed)?;
-        plan.attach_broker(broker.dir(), broker.token());
-    }
-    if selected == Selected::Docker {
-        let _ = runner_exec.set(plan.clone());
-    }
-    let audit = service.audit();
-    audit
-        .record(
-            "run_start",
-            serde_json::json!({"worker": plan.worker, "backend": selected.name(), "command": plan.command, "network": plan.network, "broker": broker.is_some(),
-            "mounts": plan.mounts.iter().map(|m| serde_json::json!({"target": m.target, "read_only": m.read_only})).collect::<Vec<_>>()}),
-        )
-        .map_err(|e| CliError::Failed(format!("cannot write the audit log: {e}")))?;
-    let result = backend::run(selected, &plan, broker.as_ref().map(|b| b as &dyn backend::OnDemand));
-    if let Err(e) = audit.record("run_end", serde_json::json!({"exit_code": result.as_ref().ok(), "error": result.as_ref().err().map(|e| e.to_string())})) {
-        // The run has happened; its end at least is not lost silently.
-        eprintln!("workcell: cannot record the end of the run in the audit log: {e}");
-    }
-    drop(broker);
+    let service = session.service().clone();
+    let result = session.run();
     if let Some(summary) = service.expansion_summary() {
         eprintln!("{summary}");
     }
-    result.map_err(|e| CliError::Failed(e.to_string()))
+    result.map_err(run_error)
+}
+
+/// A run's failure as the CLI reports it: a refused plan is a usage error (2), anything
+/// else workcell's own failure (125).
+fn run_error(e: RunError) -> CliError {
+    match e {
+        RunError::Plan(_) => CliError::Usage(e.to_string()),
+        other => CliError::Failed(other.to_string()),
+    }
 }

@@ -4,16 +4,13 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
-use super::attach::{self, Reservation};
 use super::audit::AuditLog;
-use super::broker::Broker;
 use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
 use crate::backend::{self, Captured};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
+use crate::run::{Services, Session, Spec};
 use crate::sandbox::Sandbox;
 
 /// Runs commands on a backend chosen like `workcell run` chooses.
@@ -73,17 +70,13 @@ impl BackendRunner {
     }
 
     /// `wanted` cut to what is left of the run's time; an error once nothing is left.
-    fn within_deadline(&self, wanted: Option<Duration>) -> Result<Option<Duration>, String> {
+    pub(crate) fn within_deadline(&self, wanted: Option<Duration>) -> Result<Option<Duration>, String> {
         let Some(deadline) = self.deadline else { return Ok(wanted) };
         let left = deadline.saturating_duration_since(Instant::now());
         if left < Duration::from_millis(1) {
             return Err("the run's timeout has passed; nothing more can be started in it".into());
         }
         Ok(Some(wanted.map_or(left, |w| w.min(left))))
-    }
-
-    fn select(&self, plan: &LaunchPlan) -> Result<backend::Selected, String> {
-        backend::select(self.choice, plan, self.project.require_os_sandbox).map_err(|e| e.to_string())
     }
 
     /// The tool service a child worker talks to, sharing this runner.
@@ -115,9 +108,18 @@ impl SandboxRunner for BackendRunner {
             workdir: Some(cmd.workdir.clone()),
             ..Overrides::default()
         };
-        let plan = LaunchPlan::build(&self.project, None, sandbox, &ov).map_err(|e| e.to_string())?;
-        let selected = self.select(&plan)?;
-        backend::run_captured(selected, &plan).map(to_output).map_err(|e| e.to_string())
+        // A run of its own (a fresh boundary with the caller's sandbox), with no services.
+        let spec = Spec {
+            project: self.project.clone(),
+            worker: None,
+            sandbox: sandbox.clone(),
+            overrides: ov,
+            choice: self.choice,
+            parent: self.clone(),
+            chain: Vec::new(),
+            services: Services::None,
+        };
+        Session::prepare(spec).and_then(Session::run_captured).map(to_output).map_err(|e| e.to_string())
     }
 
     fn workdir(&self, sandbox: &Sandbox) -> String {
@@ -136,36 +138,16 @@ impl SandboxRunner for BackendRunner {
         _depth: usize,
         chain: &[String],
     ) -> Result<ShellOutput, String> {
-        let mut plan = LaunchPlan::build(&self.project, Some(worker), sandbox, &Overrides::default()).map_err(|e| e.to_string())?;
-        plan.limits.timeout = self.within_deadline(plan.limits.timeout)?;
-        let audit = AuditLog::new(&self.project.dir, &plan.run_id);
-        let selected = self.select(&plan)?;
-        let caller = Caller { worker: Some(worker.clone()), chain: chain.to_vec() };
-        // The child's own runner: its shell commands go to the child's container.
-        let child_runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), ..self.clone() }.serving(plan.limits);
-        let service = Arc::new(child_runner.service_for(caller, sandbox.clone(), &plan.run_id));
-        // Reserved before anything is copied, released when this run is over.
-        let _reserved = Reservation::take(attachments.iter().map(|a| a.size).fold(0u64, u64::saturating_add))?;
-        // The broker owns its directory (a tmpfs when there is one): every return below, and
-        // a panic's unwinding, drops it and so removes the staged files.
-        let broker = Broker::start(service)?;
-        // Input and attachments sit beside the socket, in the read-only broker directory.
-        broker.stage("input.txt", input.as_bytes())?;
-        attach::stage(&broker, attachments)?;
-        broker.stage("instructions.md", worker.instructions.as_bytes())?;
-        broker.share_with(plan.user)?;
-        plan.attach_broker(broker.dir(), broker.token());
-        plan.env.insert("WORKCELL_INPUT".into(), format!("{}/input.txt", crate::plan::BROKER_MOUNT_POINT));
-        plan.env.insert("WORKCELL_ATTACHMENTS".into(), format!("{}/attachments", crate::plan::BROKER_MOUNT_POINT));
-        plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{}/instructions.md", crate::plan::BROKER_MOUNT_POINT));
-        plan.env.insert("WORKCELL_CHAIN".into(), chain.join(" -> "));
-        let _ = audit.record("run_start", json!({"worker": worker.name, "chain": chain, "mounts": plan.mounts.len()}));
-        if selected == backend::Selected::Docker {
-            let _ = child_runner.exec_in.set(plan.clone());
-        }
-        let out = backend::run_captured(selected, &plan).map(to_output).map_err(|e| e.to_string());
-        let _ = audit.record("run_end", json!({"worker": worker.name, "exit_code": out.as_ref().map(|o| o.exit_code).ok()}));
-        drop(broker);
-        out
+        let spec = Spec {
+            project: self.project.clone(),
+            worker: Some(worker),
+            sandbox: sandbox.clone(),
+            overrides: Overrides::default(),
+            choice: self.choice,
+            parent: self.clone(),
+            chain: chain.to_vec(),
+            services: Services::Child { input, attachments, instructions: &worker.instructions },
+        };
+        Session::prepare(spec).and_then(Session::run_captured).map(to_output).map_err(|e| e.to_string())
     }
 }

@@ -1,0 +1,180 @@
+//! One run, from plan to teardown: the launch plan, the backend chosen for it, the services
+//! the worker talks to (the tool broker with its staged files, the audit log), the backend
+//! run itself, and the records and cleanup after it. `workcell run`, child workers
+//! (`call_worker`) and shell commands of the tool service all go through [`Session`]; a new
+//! run service (an egress proxy, staged delivery) is started in [`Session::prepare`] and
+//! ends when the session is dropped.
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::json;
+
+use crate::backend::{self, BackendError, Captured, Selected};
+use crate::config::{BackendChoice, Project, Worker};
+use crate::plan::{LaunchPlan, Overrides, PlanError, BROKER_MOUNT_POINT};
+use crate::sandbox::Sandbox;
+use crate::tools::attach::{self, Attachment, Reservation};
+use crate::tools::audit::AuditLog;
+use crate::tools::broker::Broker;
+use crate::tools::runner::BackendRunner;
+use crate::tools::service::{Caller, ToolService};
+
+/// Why a run did not happen (or its end could not be recorded). Exit status 125 unless the
+/// plan itself was refused (2).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The configuration or the flags ask for something that cannot be planned.
+    #[error("{0}")]
+    Plan(#[from] PlanError),
+    /// The backend could not be chosen, or failed.
+    #[error("{0}")]
+    Backend(#[from] BackendError),
+    /// The broker or its staged files could not be set up.
+    #[error("{0}")]
+    Broker(String),
+    /// The start of the run could not be recorded: an operation that cannot be audited
+    /// does not proceed.
+    #[error("cannot write the audit log: {0}")]
+    Audit(#[source] std::io::Error),
+}
+
+/// What the worker can ask the host for.
+#[derive(Debug, Default)]
+pub enum Services<'a> {
+    /// Nothing: no socket is mounted (`--no-broker`, shell commands).
+    #[default]
+    None,
+    /// The tool broker, with the worker's instructions beside it when it has any.
+    Broker { instructions: Option<&'a str> },
+    /// A child worker's broker: its input, attachments and instructions staged beside it.
+    Child { input: &'a str, attachments: &'a [Attachment], instructions: &'a str },
+}
+
+/// What a run is made of, before anything is created.
+#[derive(Debug)]
+pub struct Spec<'a> {
+    pub project: Arc<Project>,
+    pub worker: Option<&'a Worker>,
+    pub sandbox: Sandbox,
+    pub overrides: Overrides,
+    pub choice: BackendChoice,
+    /// The runner of the run that starts this one (its approval mode, limits and deadline
+    /// carry over to the shell commands and children of this run).
+    pub parent: BackendRunner,
+    /// Worker names from the top of the delegation chain to this run's worker.
+    pub chain: Vec<String>,
+    pub services: Services<'a>,
+}
+
+/// A prepared run: its plan, backend and services exist; [`Session::run`] or
+/// [`Session::run_captured`] carries it out, and dropping it tears the services down.
+pub struct Session {
+    plan: LaunchPlan,
+    selected: Selected,
+    service: Arc<ToolService>,
+    broker: Option<Broker>,
+    audit: AuditLog,
+    /// Held until the run is over: the attachments' share of the process-wide budget.
+    _reserved: Option<Reservation>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("run_id", &self.plan.run_id).field("backend", &self.selected.name()).finish()
+    }
+}
+
+impl Session {
+    /// Plans the run, chooses its backend, starts its services and records its start.
+    pub fn prepare(spec: Spec<'_>) -> Result<Session, RunError> {
+        let mut plan = LaunchPlan::build(&spec.project, spec.worker, &spec.sandbox, &spec.overrides)?;
+        plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout).map_err(|e| RunError::Backend(BackendError::Failed(e)))?;
+        let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
+        // This run's own runner: the shell commands of its worker go to its container.
+        let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }.serving(plan.limits);
+        let caller = Caller { worker: spec.worker.cloned(), chain: spec.chain.clone() };
+        let service = Arc::new(runner.service_for(caller, spec.sandbox, &plan.run_id));
+        let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
+        let broker_err = RunError::Broker;
+        let (broker, reserved) = match spec.services {
+            Services::None => (None, None),
+            Services::Broker { instructions } => {
+                let broker = Broker::bind(service.clone()).map_err(broker_err)?;
+                if let Some(text) = instructions {
+                    broker.stage("instructions.md", text.as_bytes()).map_err(broker_err)?;
+                    plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{BROKER_MOUNT_POINT}/instructions.md"));
+                }
+                (Some(broker), None)
+            }
+            Services::Child { input, attachments, instructions } => {
+                // Reserved before anything is copied, released when the session ends.
+                let reserved = Reservation::take(attachments.iter().map(|a| a.size).fold(0u64, u64::saturating_add)).map_err(broker_err)?;
+                // The broker owns its directory (a tmpfs when there is one): every return
+                // below, and a panic's unwinding, drops it and so removes the staged files.
+                let broker = Broker::start(service.clone()).map_err(broker_err)?;
+                broker.stage("input.txt", input.as_bytes()).map_err(broker_err)?;
+                attach::stage(&broker, attachments).map_err(broker_err)?;
+                broker.stage("instructions.md", instructions.as_bytes()).map_err(broker_err)?;
+                for (k, file) in [("WORKCELL_INPUT", "input.txt"), ("WORKCELL_ATTACHMENTS", "attachments"), ("WORKCELL_INSTRUCTIONS", "instructions.md")] {
+                    plan.env.insert(k.into(), format!("{BROKER_MOUNT_POINT}/{file}"));
+                }
+                plan.env.insert("WORKCELL_CHAIN".into(), spec.chain.join(" -> "));
+                (Some(broker), Some(reserved))
+            }
+        };
+        if let Some(broker) = &broker {
+            broker.share_with(plan.user).map_err(broker_err)?;
+            plan.attach_broker(broker.dir(), broker.token());
+        }
+        if selected == Selected::Docker {
+            let _ = runner.exec_in.set(plan.clone());
+        }
+        let session = Session { plan, selected, service, broker, audit, _reserved: reserved };
+        session.record_start(&spec.chain)?;
+        Ok(session)
+    }
+
+    fn record_start(&self, chain: &[String]) -> Result<(), RunError> {
+        let p = &self.plan;
+        let mounts: Vec<_> = p.mounts.iter().map(|m| json!({"target": m.target, "read_only": m.read_only})).collect();
+        let event = json!({"worker": p.worker, "chain": chain, "backend": self.selected.name(), "command": p.command, "network": p.network,
+            "broker": self.broker.is_some(), "mounts": mounts});
+        self.audit.record("run_start", event).map_err(RunError::Audit)
+    }
+
+    fn record_end(&self, exit_code: Option<i32>, error: Option<String>) {
+        if let Err(e) = self.audit.record("run_end", json!({"worker": self.plan.worker, "exit_code": exit_code, "error": error})) {
+            // The run has happened; its end at least is not lost silently.
+            eprintln!("workcell: cannot record the end of the run in the audit log: {e}");
+        }
+    }
+
+    pub fn plan(&self) -> &LaunchPlan {
+        &self.plan
+    }
+
+    pub fn backend(&self) -> Selected {
+        self.selected
+    }
+
+    /// The tool service of this run (for what it learned: the expansions to keep).
+    pub fn service(&self) -> &Arc<ToolService> {
+        &self.service
+    }
+
+    /// Runs the worker on workcell's own terminal; returns its exit status.
+    pub fn run(self) -> Result<i32, RunError> {
+        tracing::info!(run_id = %self.plan.run_id, backend = self.selected.name(), "starting run");
+        let on_demand = self.broker.as_ref().map(|b| b as &dyn backend::OnDemand);
+        let result = backend::run(self.selected, &self.plan, on_demand);
+        self.record_end(result.as_ref().ok().copied(), result.as_ref().err().map(|e| e.to_string()));
+        Ok(result?)
+    }
+
+    /// Runs the worker with its output captured (bounded); returns its status and output.
+    pub fn run_captured(self) -> Result<Captured, RunError> {
+        let result = backend::run_captured(self.selected, &self.plan);
+        self.record_end(result.as_ref().ok().map(|c| c.exit_code), result.as_ref().err().map(|e| e.to_string()));
+        Ok(result?)
+    }
+}
