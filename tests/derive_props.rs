@@ -2,7 +2,7 @@
 //! `derive()` / `derive_zones()`, plus seed 003's delegation examples and seed 004's listed
 //! tests as plain unit tests.
 
-mod common;
+mod support;
 
 use std::fs;
 use std::os::unix::fs::symlink;
@@ -263,8 +263,8 @@ fn seed003_ro_declaration_of_rw_zone_is_read_only() {
 
 // ---- seed 004: the listed tests, on a root sandbox over proj/ ----
 
-fn root_project(readonly: bool) -> (common::Fx, Sandbox) {
-    let fx = common::Fx::new();
+fn root_project(readonly: bool) -> (support::fixture::Fx, Sandbox) {
+    let fx = support::fixture::Fx::new();
     let sb = fx.project_text(&format!("sandbox:\n  root: {{root: ./proj, readonly: {readonly}}}\n")).sandbox;
     (fx, sb)
 }

@@ -1,9 +1,9 @@
 //! Snapshots of every refusal message kind (host temp paths redacted), a separate check
 //! that no message shows a host path, and a snapshot of `workcell schema`.
 
-mod common;
+mod support;
 
-use common::{redact, Form, Fx};
+use support::fixture::{redact, Form, Fx};
 use workcell::sandbox::{DeriveSpec, SandboxError, ZoneMode, ZoneRequest};
 
 /// Every kind of refusal, each produced for real by the fixture sandbox.

@@ -2,9 +2,9 @@
 //! root, mounts) and derived children. Every case states allow/refuse and, for a refusal,
 //! the error kind.
 
-mod common;
+mod support;
 
-use common::{Form, Fx};
+use support::fixture::{Form, Fx};
 use workcell::sandbox::{DeriveSpec, Sandbox, SandboxError};
 
 /// What a case does with its path.

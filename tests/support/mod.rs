@@ -1,6 +1,10 @@
-//! Helpers shared by the integration tests: the Docker gate, projects in temp dirs,
-//! and label-based container checks.
+//! Helpers shared by the integration tests (the one helper module: `mod support;`): the
+//! backend gate, projects in temp dirs, label-based container checks, and in submodules the
+//! sandbox-core fixture ([`fixture`]) and the plan-rendering fixture ([`render`]).
 #![allow(dead_code)]
+
+pub mod fixture;
+pub mod render;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;

@@ -1,5 +1,5 @@
-//! Shared fixtures of the sandbox-core tests: one host tree in a tempdir, and a project
-//! over it in each of the four config forms.
+//! The sandbox-core fixture: one host tree in a tempdir, and a project over it in each of
+//! the four config forms (used by the tests that call `Sandbox` directly, no backend).
 #![allow(dead_code)]
 
 use std::fs;
