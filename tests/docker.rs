@@ -1,52 +1,32 @@
-//! The Docker backend against the real engine: zones, hardening, limits, network,
-//! timeout, signals, exit statuses, images, gc, and `workcell plan --json` snapshots.
+//! What only the Docker backend has, against the real engine: the container's root, named
+//! env, interfaces, the pids cgroup, container removal on timeout and signals, the start
+//! errors Docker reports, stdin, images and builds, gc, doctor. What every backend must do
+//! (zones, hidden host paths, env, capabilities, /tmp, limits, exit statuses, network) is in
+//! `behaviour.rs`, run on docker and bwrap; the rendered plans (no daemon) in `docker_render.rs`.
 //!
-//! Without a daemon each test prints a skip note and passes, unless
-//! `WORKCELL_REQUIRE_DOCKER=1` (CI), where it fails. Every test checks that no container of
-//! its own project (label `dev.workcell.project=<its temp dir>`) is left.
+//! Gate: `support::backend_ready("docker")` (a missing daemon skips, or fails under
+//! `WORKCELL_REQUIRE_DOCKER=1`). Every test checks that no container of its own project
+//! (label `dev.workcell.project=<its temp dir>`) is left.
 
 mod support;
 
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use predicates::prelude::*;
 use support::*;
 
-macro_rules! need_docker {
-    () => {
-        if !docker_or_skip(module_path!()) {
-            return;
-        }
-    };
-}
-
+/// Zone modes, hidden host paths and a private /tmp are in `behaviour.rs` (both backends);
+/// here: the container's root holds the layout and the zones, nothing of the host's top
+/// level beyond it.
 #[test]
-fn zones_are_mounted_with_their_modes_and_nothing_else_is_visible() {
-    need_docker!();
+fn the_root_holds_only_the_layout_and_the_zones() {
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
-    let secret = p.secret();
-    let marker = format!("workcell-tmp-marker-{}", std::process::id());
-    let script = format!(
-        "set -e; cat /in/a.txt; echo written > /out/result.txt; \
-         if echo x > /in/nope 2>/dev/null; then echo IN-WRITABLE; fi; \
-         for p in {secret} /root /var/run/docker.sock /run/docker.sock /home /work; do if [ -e $p ]; then echo VISIBLE:$p; fi; done; \
-         echo t > /tmp/{marker}; echo ---ROOT---; ls /",
-        secret = secret.display()
-    );
-    let out = p.run(&[], &["sh", "-c", &script]).assert().success().get_output().stdout.clone();
+    let out = p.run(&[], &["ls", "/"]).assert().success().get_output().stdout.clone();
     let out = String::from_utf8_lossy(&out);
-    assert!(out.contains("hello from in"), "{out}");
-    assert!(!out.contains("IN-WRITABLE"), "/in must be read-only: {out}");
-    assert!(!out.contains("VISIBLE:"), "host paths leaked: {out}");
-    let result = p.dir.join("out/result.txt");
-    assert_eq!(std::fs::read_to_string(&result).expect("result on host"), "written\n");
-    let meta = std::fs::metadata(&result).expect("meta");
-    assert_eq!(meta.uid(), support::worker_uid(), "file owned by the worker's user (the project owner), never root");
-    assert!(!p.dir.join("in/nope").exists());
-    assert!(!std::path::Path::new("/tmp").join(&marker).exists(), "/tmp must be private");
-    // The root holds the layout and the zones, nothing of the host's top level beyond it.
-    let root: Vec<&str> = out.lines().skip_while(|l| *l != "---ROOT---").skip(1).collect();
+    let root: Vec<&str> = out.lines().collect();
     assert!(root.contains(&"in") && root.contains(&"out") && root.contains(&"usr"), "{out}");
     for name in root {
         assert!(
@@ -57,19 +37,20 @@ fn zones_are_mounted_with_their_modes_and_nothing_else_is_visible() {
     p.assert_no_containers();
 }
 
+/// A host variable reaches the worker only when `--env` names it (the unnamed case and the
+/// capability set are in `behaviour.rs`); the root file system is read-only and the zones
+/// are announced in `WORKCELL_ZONES`.
 #[test]
-fn host_env_is_not_passed_unless_named_and_process_is_hardened() {
-    need_docker!();
+fn named_env_is_passed_and_the_root_is_read_only() {
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     let var = format!("WORKCELL_TEST_SECRET_{}", std::process::id());
-    let script = format!(
-        "echo \"var=${{{var}:-unset}}\"; grep -E '^(NoNewPrivs|CapEff|CapBnd)' /proc/self/status; if touch /x 2>/dev/null; then echo ROOT-WRITABLE; fi; echo zones=$WORKCELL_ZONES"
-    );
+    let script = format!("echo \"var=${{{var}:-unset}}\"; if touch /x 2>/dev/null; then echo ROOT-WRITABLE; fi; echo zones=$WORKCELL_ZONES");
     let out = p.run(&[], &["sh", "-c", &script]).env(&var, "s3cret").assert().success().get_output().stdout.clone();
     let out = String::from_utf8_lossy(&out);
     assert!(out.contains("var=unset"), "{out}");
-    assert!(out.contains("NoNewPrivs:\t1"), "{out}");
-    assert!(out.contains("CapEff:\t0000000000000000"), "{out}");
     assert!(!out.contains("ROOT-WRITABLE"), "{out}");
     assert!(out.contains("zones=/in:ro,/out:rw"), "{out}");
     let out = p.run(&["--env", &var], &["sh", "-c", &script]).env(&var, "s3cret").assert().success().get_output().stdout.clone();
@@ -77,31 +58,29 @@ fn host_env_is_not_passed_unless_named_and_process_is_hardened() {
     p.assert_no_containers();
 }
 
+/// Reaching (or not) a sibling container is in `behaviour.rs`; here: with the network off
+/// the container has no interface but `lo`.
 #[test]
-fn network_off_has_only_loopback_and_cannot_connect_network_on_can() {
-    need_docker!();
+fn network_off_leaves_only_loopback() {
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
-    let img = BusyboxImage::build("net");
-    let server = Server::httpd(&img, &format!("dev.workcell.test=net-{}", std::process::id()));
-    // busybox wget segfaults in Debian 12's static build, so speak HTTP through nc.
-    let get = format!("printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 3 {} 8080", server.ip);
-    // Give httpd a moment to listen: retry a few times.
-    let fetch = format!("for i in 1 2 3 4 5 6 7 8 9 10; do if {get} | grep -qx ok; then echo reached; exit 0; fi; sleep 0.5; done; exit 1");
-
     let out = p.run(&[], &["sh", "-c", "cat /proc/net/dev"]).assert().success().get_output().stdout.clone();
     let ifaces: Vec<String> = String::from_utf8_lossy(&out).lines().skip(2).filter_map(|l| l.split(':').next()).map(|s| s.trim().to_string()).collect();
     assert_eq!(ifaces, vec!["lo".to_string()], "network off must leave only lo");
-
-    p.run(&[], &["sh", "-c", &fetch]).timeout(Duration::from_secs(60)).assert().failure().stdout(predicate::str::contains("reached").not());
-
-    p.run(&["--network"], &["sh", "-c", &fetch]).assert().success().stdout("reached\n");
-    drop(server);
     p.assert_no_containers();
 }
 
+/// `--pids` lands in the container's cgroup, and a real (exponential) fork bomb stays inside
+/// it: the worker's own shell then `exec`s (no fork needed) into a sleep that only the timeout
+/// ends, so the run must end with 124 from workcell's timeout, the container gone and the
+/// host still able to start processes. (A bounded burst against a limit is in `behaviour.rs`.)
 #[test]
 fn fork_bomb_is_contained_by_pids_limit() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     let out = p
         .run(&["--pids", "64"], &["sh", "-c", "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max"])
@@ -111,33 +90,23 @@ fn fork_bomb_is_contained_by_pids_limit() {
         .stdout
         .clone();
     assert_eq!(String::from_utf8_lossy(&out).trim(), "64");
-    let status = p
-        .run(&["--pids", "64", "--timeout", "8s"], &["sh", "-c", "f() { f | f & }; f; sleep 6; echo survived"])
-        .timeout(Duration::from_secs(60))
+    let out = p
+        .run(&["--pids", "64", "--timeout", "5s"], &["sh", "-c", "f() { f | f & }; f; exec sleep 60"])
+        .timeout(Duration::from_secs(120))
         .output()
         .expect("run");
-    assert_ne!(status.status.code(), None, "workcell must exit normally");
-    // The host can still start processes.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(124), "the bomb must neither end the run nor outlast the timeout: {}", stderr.lines().last().unwrap_or(""));
+    assert!(stderr.contains("timeout"), "the end is explained: {}", stderr.lines().last().unwrap_or(""));
     assert!(std::process::Command::new("true").status().expect("spawn").success());
     p.assert_no_containers();
 }
 
 #[test]
-fn memory_hog_is_killed() {
-    need_docker!();
-    let p = Proj::new();
-    let out =
-        p.run(&["--memory", "64m", "--timeout", "60s"], &["sh", "-c", "x=$(head -c 300000000 /dev/zero | tr '\\0' a); echo done ${#x}"]).output().expect("run");
-    let code = out.status.code().unwrap_or(-1);
-    assert_ne!(code, 0, "the hog must not succeed: {}", String::from_utf8_lossy(&out.stdout));
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("done"));
-    assert_ne!(code, 124, "killed by the memory limit, not the timeout");
-    p.assert_no_containers();
-}
-
-#[test]
 fn timeout_exits_124_and_removes_the_container() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     p.run(&["--timeout", "2s"], &["sleep", "60"]).assert().code(124).stderr(predicate::str::contains("timeout"));
     p.assert_no_containers();
@@ -166,30 +135,38 @@ fn signal_removes_container(sig: rustix::process::Signal, code: i32) {
 
 #[test]
 fn sigint_removes_the_container() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     signal_removes_container(rustix::process::Signal::INT, 130);
 }
 
 #[test]
 fn sigterm_removes_the_container() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     signal_removes_container(rustix::process::Signal::TERM, 143);
 }
 
+/// The statuses themselves are in `behaviour.rs`; here: workcell names the command Docker
+/// could not start and why.
 #[test]
-fn missing_command_is_127_and_non_executable_is_126() {
-    need_docker!();
+fn missing_or_non_executable_command_is_named() {
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     p.run(&[], &["/nonexistent"]).assert().code(127).stderr(predicate::str::contains("/nonexistent").and(predicate::str::contains("not found")));
     p.run(&[], &["/in/a.txt"]).assert().code(126).stderr(predicate::str::contains("/in/a.txt").and(predicate::str::contains("not executable")));
-    // The worker's own exit status passes through.
-    p.run(&[], &["sh", "-c", "exit 42"]).assert().code(42);
     p.assert_no_containers();
 }
 
 #[test]
 fn stdin_is_connected_with_dash_i() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     p.run(&["-i"], &["sh", "-c", "read x; echo got:$x"]).write_stdin("piped\n").assert().success().stdout("got:piped\n");
     p.assert_no_containers();
@@ -197,7 +174,9 @@ fn stdin_is_connected_with_dash_i() {
 
 #[test]
 fn named_images_run_and_missing_ones_say_how_to_get_them() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     let img = BusyboxImage::build("named");
     p.run(&["--image", &img.tag], &["/bin/busybox", "cat", "/in/a.txt"]).assert().success().stdout("hello from in\n");
@@ -210,7 +189,9 @@ fn named_images_run_and_missing_ones_say_how_to_get_them() {
 
 #[test]
 fn build_folder_is_built_once_and_reused() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     let unique = format!("{}-{:?}", std::process::id(), Instant::now());
     let bdir = p.dir.join("images/bb");
@@ -237,7 +218,9 @@ fn build_folder_is_built_once_and_reused() {
 
 #[test]
 fn gc_removes_stopped_managed_containers() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     let img = BusyboxImage::build("gc");
     let label = format!("dev.workcell.test=gc-{}", std::process::id());
@@ -273,107 +256,9 @@ fn missing_daemon_fails_with_125_and_says_what_to_do() {
 
 #[test]
 fn doctor_reports_the_engine() {
-    need_docker!();
+    if !backend_ready("docker") {
+        return;
+    }
     let p = Proj::new();
     p.workcell().arg("doctor").assert().stdout(predicate::str::contains("docker:  ok").and(predicate::str::contains("API")));
-}
-
-// --- workcell plan --json ----------------------------------------------------------------
-
-const PROJECT: &str =
-    "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
-
-fn plan_project() -> (tempfile::TempDir, std::path::PathBuf) {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
-    std::fs::create_dir_all(dir.join("data")).expect("mkdir");
-    std::fs::create_dir_all(dir.join("out")).expect("mkdir");
-    write_project(
-        &dir,
-        PROJECT,
-        &[
-            ("reader", "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\ncommand: [sh, -c, \"ls /data\"]\n---\nbody\n"),
-            (
-                "writer",
-                "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n    - {name: out, mode: rw}\ncommand: [python3, /data/run.py]\nenv: {MODE: fast}\nlimits: {timeout: 30s, memory: 128m, cpus: 0.5, pids: 32}\n---\nbody\n",
-            ),
-            ("named", "---\nimage: python:3.12-slim\nsandbox:\n  zones:\n    - {name: out, mode: rw}\ncommand: [python3, -V]\n---\n"),
-        ],
-    );
-    (tmp, dir)
-}
-
-/// Replaces what differs between machines and runs: temp paths, run id, uid/gid, the host
-/// system layout and what is derived from it (base image hash, system binds, init path).
-fn redact(v: &mut serde_json::Value, dir: &str, run_id: &str) {
-    use serde_json::Value;
-    match v {
-        Value::String(s) => {
-            if s.contains(dir) || s.contains(run_id) {
-                *s = s.replace(dir, "[PROJECT]").replace(run_id, "[RUN_ID]");
-            }
-            if s.starts_with("workcell-host:") {
-                *s = "workcell-host:[HASH]".into();
-            }
-        }
-        Value::Array(a) => a.iter_mut().for_each(|x| redact(x, dir, run_id)),
-        Value::Object(o) => {
-            for k in ["uid", "gid"] {
-                if o.contains_key(k) {
-                    o.insert(k.into(), "[ID]".into());
-                }
-            }
-            if o.contains_key("system") {
-                o.insert("system".into(), "[HOST SYSTEM LAYOUT]".into());
-            }
-            if let Some(u) = o.get_mut("User") {
-                *u = "[UID]:[GID]".into();
-            }
-            if let Some(e) = o.get_mut("Entrypoint") {
-                *e = "[HOST INIT]".into();
-            }
-            if let Some(Value::Array(m)) = o.get_mut("Mounts") {
-                // System binds depend on the host; zone binds are what the snapshot is about.
-                m.retain(|x| x["Source"].as_str().is_some_and(|s| s.starts_with(dir)));
-            }
-            o.values_mut().for_each(|x| redact(x, dir, run_id));
-        }
-        _ => {}
-    }
-}
-
-fn plan_json(dir: &std::path::Path, worker: &str) -> serde_json::Value {
-    let out = assert_cmd::Command::cargo_bin("workcell")
-        .expect("bin")
-        .current_dir(dir)
-        .args(["plan", "--json", worker])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    let mut v: serde_json::Value = serde_json::from_slice(&out).expect("plan json");
-    let run_id = v["run_id"].as_str().expect("run_id").to_string();
-    redact(&mut v, &dir.display().to_string(), &run_id);
-    v
-}
-
-#[test]
-fn plan_json_snapshots() {
-    let (_tmp, dir) = plan_project();
-    for w in ["reader", "writer", "named"] {
-        insta::assert_json_snapshot!(format!("plan_{w}"), plan_json(&dir, w));
-    }
-}
-
-#[test]
-fn derived_child_plan_has_only_its_own_mounts() {
-    let (_tmp, dir) = plan_project();
-    let v = plan_json(&dir, "reader");
-    let targets: Vec<&str> = v["mounts"].as_array().expect("mounts").iter().filter_map(|m| m["target"].as_str()).collect();
-    assert_eq!(targets, vec!["/data"]);
-    assert_eq!(v["mounts"][0]["read_only"], true);
-    let binds: Vec<&str> = v["docker"]["create"]["HostConfig"]["Mounts"].as_array().expect("binds").iter().filter_map(|m| m["Target"].as_str()).collect();
-    assert_eq!(binds, vec!["/data"]);
-    assert_eq!(v["docker"]["create"]["HostConfig"]["NetworkMode"], "none");
 }

@@ -12,21 +12,6 @@ use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 
-/// Whether Docker tests can run. Without a daemon: skip (a note on stderr) — unless
-/// `WORKCELL_REQUIRE_DOCKER=1`, where a missing daemon fails the test.
-pub fn docker_or_skip(test: &str) -> bool {
-    match workcell::backend::docker::probe() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("WORKCELL_REQUIRE_DOCKER").as_deref() == Ok("1") {
-                panic!("WORKCELL_REQUIRE_DOCKER=1 but Docker is unreachable: {e}");
-            }
-            eprintln!("skipping {test}: Docker is unreachable ({e})");
-            false
-        }
-    }
-}
-
 /// Whether `backend` ("bwrap" or "docker") works here. Without it the test is skipped with a
 /// note, unless `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` makes that a failure.
 pub fn backend_ready(backend: &str) -> bool {
