@@ -94,22 +94,9 @@ fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// Whether `backend` enforces `c` here. Docker always does; bwrap needs a cgroup of its own,
 /// which `WORKCELL_REQUIRE_CGROUP=1` (set by CI) makes a requirement.
 fn enforces(backend: &str, c: Controller) -> bool {
-    if backend != "bwrap" {
-        return true;
-    }
-    match Support::detect().missing(c) {
-        None => true,
-        Some(why) if std::env::var("WORKCELL_REQUIRE_CGROUP").as_deref() == Ok("1") => {
-            panic!("WORKCELL_REQUIRE_CGROUP=1 but bwrap cannot enforce {c:?} here: {why}")
-        }
-        Some(why) => {
-            eprintln!("note: bwrap cannot enforce {c:?} here ({why}); checking that the run says so");
-            false
-        }
-    }
+    backend != "bwrap" || support::cgroup_ready(c)
 }
 
-/// The run recorded in `project`'s audit log left no cgroup behind.
 /// Test bodies shared by every backend.
 mod body {
     use super::*;

@@ -10,34 +10,9 @@ use serde_json::Value;
 
 mod support;
 
-fn required(var: &str) -> bool {
-    std::env::var(var).is_ok_and(|v| v == "1")
-}
-
-/// Whether `backend` can run here; fails instead of skipping when CI requires it.
-fn available(backend: &str) -> bool {
-    let (ok, var) = match backend {
-        "docker" => {
-            (Command::new("docker").args(["info", "--format", "{{.ServerVersion}}"]).output().is_ok_and(|o| o.status.success()), "WORKCELL_REQUIRE_DOCKER")
-        }
-        _ => (Command::new("bwrap").args(["--ro-bind", "/", "/", "true"]).status().is_ok_and(|s| s.success()), "WORKCELL_REQUIRE_BWRAP"),
-    };
-    if !ok {
-        assert!(!required(var), "{backend} is required ({var}=1) but unavailable");
-        eprintln!("skipped: {backend} unavailable");
-    }
-    ok
-}
+use support::write_project;
 
 const CURL: &str = r#"curl -s --unix-socket "$WORKCELL_BROKER" -H "Authorization: Bearer $WORKCELL_TOKEN" -H 'Content-Type: application/json'"#;
-
-fn write_project(dir: &Path, config: &str, workers: &[(&str, &str)]) {
-    std::fs::create_dir_all(dir.join("workers")).expect("mkdir");
-    std::fs::write(dir.join("workcell.yaml"), config).expect("config");
-    for (name, body) in workers {
-        std::fs::write(dir.join("workers").join(format!("{name}.worker")), body).expect("worker");
-    }
-}
 
 /// Runs `workcell ARGS` on a pseudo-terminal, answering every approval prompt with `answer`.
 fn run_on_pty(dir: &Path, answer: &str, args: &[&str]) -> Value {
@@ -71,7 +46,7 @@ fn ask_zone_project(dir: &Path) {
 }
 
 fn approved_write_lands_on_the_host(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -100,7 +75,7 @@ fn approved_write_lands_on_the_host(backend: &str) {
 /// A worker names files to rewrite the approval prompt: a control sequence that erases the
 /// line is refused before any prompt; a right-to-left override reaches the prompt escaped.
 fn spoofing_paths_never_reach_the_terminal(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -123,7 +98,7 @@ fn spoofing_paths_never_reach_the_terminal(backend: &str) {
 }
 
 fn denied_write_changes_nothing(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -139,7 +114,7 @@ fn denied_write_changes_nothing(backend: &str) {
 }
 
 fn delegation_derives_the_child_sandbox(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -187,7 +162,7 @@ fn delegation_derives_the_child_sandbox(backend: &str) {
 }
 
 fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -223,12 +198,10 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
 /// A child worker's own limits hold in its sandbox: 60 background processes against its
 /// limit of 20 (docker: the child's container; bwrap: the child run's own cgroup).
 fn child_worker_limits_hold(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
-    if backend == "bwrap" && workcell::backend::cgroup::Support::detect().missing(workcell::backend::cgroup::Controller::Pids).is_some() {
-        assert!(!required("WORKCELL_REQUIRE_CGROUP"), "cgroup limits are required (WORKCELL_REQUIRE_CGROUP=1) but unavailable");
-        eprintln!("skipped: no cgroup for bwrap runs here");
+    if backend == "bwrap" && !support::cgroup_ready(workcell::backend::cgroup::Controller::Pids) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -259,7 +232,7 @@ fn child_worker_limits_hold(backend: &str) {
 }
 
 fn no_broker_means_no_socket_and_no_token(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -287,7 +260,7 @@ fn no_broker_means_no_socket_and_no_token(backend: &str) {
 /// pre-approved `git status` / `git commit` in a repository whose config and hooks the worker
 /// wrote run none of them.
 fn shell_rules_see_through_launchers_and_git(backend: &str) {
-    if !available(backend) {
+    if !support::backend_ready(backend) {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

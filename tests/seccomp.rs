@@ -2,7 +2,8 @@
 //! EPERM (clone3: ENOSYS), terminal injection is refused, foreign ABIs are killed, and
 //! ordinary programs still run. A control run without the filter shows the probe can fail.
 //!
-//! Gate: without bwrap these tests skip with a note, unless `WORKCELL_REQUIRE_BWRAP=1`.
+//! Gate: `support::backend_ready("bwrap")`: without bwrap these tests skip with a note, unless
+//! `WORKCELL_REQUIRE_BWRAP=1`.
 #![cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -11,23 +12,14 @@ use std::process::{Command, Output};
 
 use workcell::backend::seccomp;
 
-const EPERM: i64 = libc::EPERM as i64;
+mod support;
 
-/// True if bwrap can build a sandbox here; false (skip) or a panic under the gate otherwise.
-fn bwrap_works() -> bool {
-    let ok = Command::new("bwrap").args(["--ro-bind", "/", "/", "true"]).status().is_ok_and(|s| s.success());
-    if !ok && std::env::var("WORKCELL_REQUIRE_BWRAP").as_deref() == Ok("1") {
-        panic!("WORKCELL_REQUIRE_BWRAP=1 but bwrap is unavailable or cannot create a sandbox");
-    }
-    if !ok {
-        eprintln!("note: skipping: bwrap is unavailable here (set WORKCELL_REQUIRE_BWRAP=1 to fail instead)");
-    }
-    ok
-}
+const EPERM: i64 = libc::EPERM as i64;
 
 /// Runs `argv` under bwrap, with the filter on descriptor 3 when `filtered`.
 fn sandboxed(filtered: bool, argv: &[&str]) -> Output {
-    let mut cmd = Command::new("bwrap");
+    // The bwrap the gate probed (`WORKCELL_BWRAP` or the one on PATH).
+    let mut cmd = Command::new(workcell::backend::bwrap::probe().expect("bwrap, checked by the gate"));
     cmd.args(["--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534", "--die-with-parent", "--new-session"]);
     cmd.args(["--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib"]);
     cmd.args(["--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin", "--proc", "/proc", "--dev", "/dev"]);
@@ -130,7 +122,7 @@ fn refused_calls() -> Vec<(&'static str, i64, &'static [i64])> {
 
 #[test]
 fn every_listed_call_is_refused_with_eperm() {
-    if !bwrap_works() {
+    if !support::backend_ready("bwrap") {
         return;
     }
     let calls = refused_calls();
@@ -143,7 +135,7 @@ fn every_listed_call_is_refused_with_eperm() {
 
 #[test]
 fn clone3_gets_enosys_and_allowed_variants_pass() {
-    if !bwrap_works() {
+    if !support::backend_ready("bwrap") {
         return;
     }
     let calls: [(&str, i64, &[i64]); 5] = [
@@ -163,7 +155,7 @@ fn clone3_gets_enosys_and_allowed_variants_pass() {
 
 #[test]
 fn the_probe_sees_calls_succeed_without_the_filter() {
-    if !bwrap_works() {
+    if !support::backend_ready("bwrap") {
         return;
     }
     let calls: [(&str, i64, &[i64]); 3] =
@@ -196,7 +188,7 @@ fn tty_probe(filtered: bool) -> Vec<(String, i64)> {
 
 #[test]
 fn terminal_injection_is_refused() {
-    if !bwrap_works() {
+    if !support::backend_ready("bwrap") {
         return;
     }
     let got = tty_probe(true);
@@ -210,7 +202,7 @@ fn terminal_injection_is_refused() {
 
 #[test]
 fn ordinary_programs_still_work() {
-    if !bwrap_works() {
+    if !support::backend_ready("bwrap") {
         return;
     }
     let out = sandboxed(true, &["/usr/bin/python3", "-c", "import subprocess; print(1); subprocess.run(['true'], check=True)"]);
@@ -228,7 +220,7 @@ fn assert_killed(code: &str) {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn foreign_abis_are_killed() {
-    if !bwrap_works() {
+    if !support::backend_ready("bwrap") {
         return;
     }
     // x32: native arch, number with bit 30 set (getpid).

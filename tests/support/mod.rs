@@ -11,6 +11,7 @@ use std::process::Command as StdCommand;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
+use workcell::backend::cgroup::{Controller, Support};
 
 /// Whether `backend` ("bwrap" or "docker") works here. Without it the test is skipped with a
 /// note, unless `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` makes that a failure.
@@ -25,6 +26,22 @@ pub fn backend_ready(backend: &str) -> bool {
         Err(e) if std::env::var(gate).as_deref() == Ok("1") => panic!("{gate}=1 but the {backend} backend is unavailable: {e}"),
         Err(e) => {
             eprintln!("note: skipping a {backend} test ({e}); set {gate}=1 to make this a failure");
+            false
+        }
+    }
+}
+
+/// Whether bwrap runs here get a cgroup of their own for `c` (Docker always enforces its
+/// limits). Without one the caller skips, or checks that the run names the unenforced limit,
+/// unless `WORKCELL_REQUIRE_CGROUP=1` makes that a failure.
+pub fn cgroup_ready(c: Controller) -> bool {
+    match Support::detect().missing(c) {
+        None => true,
+        Some(why) if std::env::var("WORKCELL_REQUIRE_CGROUP").as_deref() == Ok("1") => {
+            panic!("WORKCELL_REQUIRE_CGROUP=1 but bwrap cannot enforce {c:?} here: {why}")
+        }
+        Some(why) => {
+            eprintln!("note: bwrap cannot enforce {c:?} here ({why}); set WORKCELL_REQUIRE_CGROUP=1 to make this a failure");
             false
         }
     }
@@ -216,7 +233,7 @@ pub fn run_cgroup_dirs(project: &Path) -> Vec<PathBuf> {
         .filter_map(|v| v.get("run_id").and_then(|r| r.as_str()).map(str::to_string))
         .collect();
     assert!(!run_ids.is_empty(), "no run in the audit log");
-    let support = workcell::backend::cgroup::Support::detect();
+    let support = Support::detect();
     let places = [&support.memory, &support.pids, &support.cpu].into_iter().flatten();
     places.flat_map(|p| run_ids.iter().map(|id| p.parent.join(format!("workcell-{id}")))).collect()
 }
