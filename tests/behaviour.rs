@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use support::{assert_no_cgroup_left, run_cgroup_dirs};
+use support::{assert_no_cgroup_left, processes_with_arg, run_cgroup_dirs, unique};
 use workcell::backend::cgroup::{Controller, Support};
 
 /// A scratch directory (`root`) holding zone directories and, beside them, things the
@@ -39,12 +39,6 @@ impl Scratch {
     }
 }
 
-/// A value unique to this test run, to find processes and files again.
-fn unique() -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    format!("{}{:09}", std::process::id(), nanos)
-}
-
 fn workcell(backend: &str, cwd: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"));
     cmd.current_dir(cwd).arg("run").arg("--backend").arg(backend);
@@ -64,20 +58,6 @@ fn run(backend: &str, cwd: &Path, args: &[&str]) -> Output {
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Host pids whose command line contains `marker` as a whole argument.
-fn processes_with_arg(marker: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
-        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            if cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
-                out.push(pid);
-            }
-        }
-    }
-    out
 }
 
 fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {

@@ -4,21 +4,21 @@ use std::path::Path;
 
 use workcell::config::Project;
 
-fn load(name: &str, dirs: &[&str]) -> Project {
+/// The policy `name` loaded over a temp project holding `dirs`; the temp dir is returned with
+/// it so that it lives (and is removed) with the test.
+fn load(name: &str, dirs: &[&str]) -> (tempfile::TempDir, Project) {
     let tmp = tempfile::tempdir().expect("tempdir");
     for d in dirs {
         std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
     }
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("policies").join(name)).expect("read policy");
     let p = Project::from_text(&text, &tmp.path().join("workcell.yaml"), tmp.path()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    // Keep the tempdir alive only as long as needed: the project holds open handles.
-    std::mem::forget(tmp);
-    p
+    (tmp, p)
 }
 
 #[test]
 fn agent_policy_is_valid() {
-    let p = load("agent.yaml", &["src", "docs", ".agent-scratch"]);
+    let (_tmp, p) = load("agent.yaml", &["src", "docs", ".agent-scratch"]);
     assert!(p.sandbox.can_write("/src/main.rs"));
     assert!(!p.sandbox.can_write("/docs/readme.md"));
     // Writes to /src ask, so Docker mounts it read-only; only /scratch is bound read-write.
@@ -28,7 +28,7 @@ fn agent_policy_is_valid() {
 
 #[test]
 fn pdf_pipeline_policy_is_valid() {
-    let p = load("pdf-pipeline.yaml", &["inbox", "results"]);
+    let (_tmp, p) = load("pdf-pipeline.yaml", &["inbox", "results"]);
     assert!(p.sandbox.check_suffix("/inbox/a.PDF").is_ok());
     assert!(p.sandbox.check_suffix("/inbox/a.exe").is_err());
     assert!(!p.sandbox.network());
@@ -36,7 +36,7 @@ fn pdf_pipeline_policy_is_valid() {
 
 #[test]
 fn ci_job_policy_is_valid() {
-    let p = load("ci-job.yaml", &["checkout", "artifacts"]);
+    let (_tmp, p) = load("ci-job.yaml", &["checkout", "artifacts"]);
     assert_eq!(p.sandbox.writable_roots(), vec!["/artifacts".to_string()]);
     assert!(p.sandbox.network());
 }

@@ -55,6 +55,8 @@ fn race(relative_link: bool) {
 
     let started = Instant::now();
     let (mut read_ok, mut read_refused, mut write_ok, mut write_refused) = (0u32, 0u32, 0u32, 0u32);
+    let (mut resolve_ok, mut resolve_refused, mut can_read_yes, mut can_read_no) = (0u32, 0u32, 0u32, 0u32);
+    let inside = dir.join("zone/sub/f");
     let mut kinds = std::collections::BTreeSet::new();
     for i in 0..ITERATIONS {
         if started.elapsed() > TIME_LIMIT {
@@ -78,9 +80,24 @@ fn race(relative_link: bool) {
                 write_refused += 1;
             }
         }
-        // Also the query API: resolve must never succeed through the symlink and then be
-        // used; here we only check it never panics and answers.
-        let _ = sb.can_read("/zone/sub/f");
+        // The query API resolves beneath the zone too: a yes names the zone's own file (never
+        // the outside one, as a resolution that followed the symlink would), a no is a
+        // sandbox refusal (kind checked below); both answers must occur, as for reads.
+        match sb.resolve("/zone/sub/f") {
+            Ok(host) => {
+                assert_eq!(host, inside, "iteration {i}: resolve answered another host path");
+                resolve_ok += 1;
+            }
+            Err(e) => {
+                kinds.insert(e.kind());
+                resolve_refused += 1;
+            }
+        }
+        if sb.can_read("/zone/sub/f") {
+            can_read_yes += 1;
+        } else {
+            can_read_no += 1;
+        }
     }
     stop.store(true, Ordering::Relaxed);
     flipper.join().unwrap();
@@ -91,7 +108,8 @@ fn race(relative_link: bool) {
     assert_eq!(fs::read_to_string(dir.join("outside/f")).unwrap(), OUTSIDE, "the outside file was changed");
 
     eprintln!(
-        "race(relative={relative_link}): {} swaps; reads ok {read_ok} refused {read_refused}; writes ok {write_ok} refused {write_refused}; refusal kinds {kinds:?}; {:?}",
+        "race(relative={relative_link}): {} swaps; reads ok {read_ok} refused {read_refused}; writes ok {write_ok} refused {write_refused}; \
+         resolve ok {resolve_ok} refused {resolve_refused}; can_read yes {can_read_yes} no {can_read_no}; refusal kinds {kinds:?}; {:?}",
         swaps.load(Ordering::Relaxed),
         started.elapsed()
     );
@@ -99,6 +117,8 @@ fn race(relative_link: bool) {
     assert!(swaps.load(Ordering::Relaxed) > 100, "the flipper barely ran");
     assert!(read_ok > 0 && read_refused > 0, "reads did not see both states");
     assert!(write_ok > 0 && write_refused > 0, "writes did not see both states");
+    assert!(resolve_ok > 0 && resolve_refused > 0, "resolve did not see both states");
+    assert!(can_read_yes > 0 && can_read_no > 0, "can_read did not see both states");
     // Refusals are sandbox refusals, not panics or odd I/O states.
     for k in &kinds {
         assert!(["outside_sandbox", "not_found"].contains(k), "unexpected refusal kind {k}");

@@ -47,6 +47,27 @@ pub fn cgroup_ready(c: Controller) -> bool {
     }
 }
 
+/// A value unique to this test run, to find processes and files again.
+pub fn unique() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{}{:09}", std::process::id(), nanos)
+}
+
+/// Host pids whose command line contains `marker` as a whole argument (a worker's processes
+/// are visible from the host on every backend).
+pub fn processes_with_arg(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if cmdline.split(|b| *b == 0).any(|a| a == marker.as_bytes()) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
 /// The host user tests hand their project directories to when they run as root (as CI
 /// does): workers run as the project directory's owner, never as root.
 pub const TEST_WORKER_UID: u32 = 1000;
