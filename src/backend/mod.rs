@@ -17,6 +17,9 @@ pub enum BackendError {
     /// The backend cannot work on this machine.
     #[error("the {backend} backend is unavailable: {reason}. {fix}")]
     Unavailable { backend: &'static str, reason: String, fix: String },
+    /// A bwrap run that could not go ahead (exit 125).
+    #[error(transparent)]
+    Bwrap(#[from] bwrap::BwrapError),
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::Mount;
+use super::detect::Mount;
 
 /// How deep below a hierarchy's mount point leftovers are looked for: far deeper than any
 /// real cgroup tree (systemd nests about five levels).

@@ -1,0 +1,104 @@
+//! What both run paths (supervised and captured) do before and at the spawn: check the
+//! binary and the zones against the plan, create the run's cgroup, render the argv with the
+//! descriptors bwrap binds, and start bwrap with exactly those descriptors passed on.
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{locate, render_argv_passed, unenforced_limits_with, BwrapError, Located, Passed};
+use crate::backend::cgroup::{RunCgroup, Support};
+use crate::plan::LaunchPlan;
+
+/// Spawns `cmd` with `inherit` passed on (their `FD_CLOEXEC` cleared only for the spawn,
+/// under the process-wide spawn lock) and, with a cgroup, born inside its v1 directories.
+/// The descriptors are closed here: the parent keeps only the other pipe ends.
+pub(super) fn spawn_bwrap(cmd: &mut Command, inherit: Vec<OwnedFd>, cgroup: Option<&RunCgroup>, located: &Located) -> Result<std::process::Child, BwrapError> {
+    crate::backend::spawn_exclusive(|| {
+        for fd in &inherit {
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).map_err(BwrapError::PassPipes)?;
+        }
+        let spawned = match cgroup {
+            Some(cg) => cg.spawn_inside(|| cmd.spawn()).map_err(BwrapError::Limits)?,
+            None => cmd.spawn(),
+        };
+        drop(inherit);
+        spawned.map_err(|source| BwrapError::Spawn { path: located.path.clone(), source })
+    })
+}
+
+/// The bwrap argv for `plan` with the descriptors it names: a duplicate of every mount's
+/// held handle (bwrap binds the handle, never the path again). The duplicates are
+/// close-on-exec until [`spawn_bwrap`] passes them on.
+pub(super) fn argv_and_fds(plan: &LaunchPlan, located: &Located) -> Result<(Vec<OsString>, Vec<OwnedFd>), BwrapError> {
+    let mut owned = Vec::new();
+    let mut passed = Passed::default();
+    for m in &plan.mounts {
+        let fd = match &m.held {
+            Some(h) => {
+                let fd = h.0.as_fd().try_clone_to_owned().map_err(|source| BwrapError::PassZone { zone: m.target.clone(), source })?;
+                let raw = fd.as_raw_fd();
+                owned.push(fd);
+                Some(raw)
+            }
+            None => None,
+        };
+        passed.mounts.push(fd);
+    }
+    match crate::backend::seccomp::filter_fd() {
+        Ok(fd) => {
+            passed.seccomp = Some(fd.as_raw_fd());
+            owned.push(fd);
+        }
+        // No syscall table for this architecture: say so on every run, never silently.
+        Err(e @ crate::backend::seccomp::SeccompError::UnsupportedArch(_)) => eprintln!("workcell: warning: {e}"),
+        Err(e) => return Err(BwrapError::Seccomp(e)),
+    }
+    Ok((render_argv_passed(plan, &located.path, located.features, &passed), owned))
+}
+
+/// The bwrap binary for `plan` and the run's cgroup, with the limits it cannot enforce.
+///
+/// Memory, cpu and process limits: a cgroup of the run's own, tried directly (no probe).
+/// bwrap is born inside it (cgroup v1), or the sandbox waits on `--block-fd` until bwrap
+/// and its init have been moved in (v2); either way every process of the worker starts
+/// inside. A limit whose cgroup cannot be created here is named as not enforced; one that
+/// cannot be written or entered stops the run.
+pub(super) fn prepare(plan: &LaunchPlan) -> Result<(&'static Located, Option<RunCgroup>, Support), crate::backend::BackendError> {
+    let located = locate()?;
+    if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
+        return Err(BwrapError::InsideZone { bwrap: located.path.clone(), zone_dir: m.source.clone(), zone: m.target.clone() }.into());
+    }
+    for m in &plan.mounts {
+        if let Some((dir, mode, owner)) = unreachable_for(&m.source, plan.user) {
+            return Err(BwrapError::ZoneUnreachable { uid: plan.user.uid, zone: m.target.clone(), zone_dir: m.source.clone(), dir, mode, owner }.into());
+        }
+    }
+    let (cgroup, support) = RunCgroup::create(&plan.run_id, &plan.limits, &Support::located()).map_err(BwrapError::Limits)?;
+    for w in unenforced_limits_with(plan, &support) {
+        tracing::debug!("bwrap does not enforce: {w}");
+    }
+    Ok((located, cgroup, support))
+}
+
+/// The first directory above `path` that `user` may not search (bwrap, running as the
+/// worker, resolves the path of each bound handle and checks the mount against it), with
+/// its mode and owner. Supplementary groups are ignored: the worker has none.
+fn unreachable_for(path: &Path, user: crate::plan::UserSpec) -> Option<(PathBuf, u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if user.uid == 0 {
+        return None;
+    }
+    path.ancestors().skip(1).find_map(|dir| {
+        let m = std::fs::metadata(dir).ok()?;
+        let bit = if m.uid() == user.uid {
+            0o100
+        } else if m.gid() == user.gid {
+            0o010
+        } else {
+            0o001
+        };
+        (m.mode() & bit == 0).then(|| (dir.to_path_buf(), m.mode() & 0o7777, m.uid()))
+    })
+}
