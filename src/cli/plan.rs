@@ -70,7 +70,7 @@ fn print_rendering(text: String) -> i32 {
 /// The Docker rendering of `plan`: `{image, name, create}` (the create body sent to the
 /// Engine API), or `{error}` when the image reference cannot be worked out.
 fn docker_section(plan: &LaunchPlan) -> serde_json::Value {
-    use crate::backend::docker::{image::planned_image, render, render::choose_init};
+    use crate::backend::docker::{choose_init, image::planned_image, render};
     match planned_image(plan) {
         Ok(image) => {
             let s = render(plan, &image, &choose_init(plan));

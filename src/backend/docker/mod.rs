@@ -1,10 +1,14 @@
 //! Docker backend: one hardened container per run, through the Engine API (bollard).
 //!
-//! [`render`] turns a plan into the create body (pure, snapshot-tested); [`image`] makes
-//! sure the image exists locally (never pulling); the runner creates, attaches, starts,
-//! waits for and always removes the container; [`maintenance`] holds `doctor` and `gc`.
+//! [`render`] turns a plan into the create body (pure, snapshot-tested), given the init that
+//! [`choose_init`] picked from the host; [`image`] makes sure the image exists locally (never
+//! pulling); the runner creates, attaches, starts, waits for and always removes the
+//! container, with [`reaper`] as the watchdog that removes it if workcell is killed (both
+//! remove through `container`); [`maintenance`] holds `doctor` and `gc`.
 
+mod container;
 pub mod image;
+mod init;
 pub mod maintenance;
 pub mod reaper;
 pub mod render;
@@ -19,6 +23,7 @@ use bollard::Docker;
 use super::BackendError;
 use crate::plan::LaunchPlan;
 
+pub use init::choose_init;
 pub use render::{render, DockerSettings};
 
 /// How long `probe` waits for a daemon that accepted the connection but does not answer.

@@ -90,7 +90,7 @@ pub fn watch(container: &str) -> i32 {
     rt.block_on(async {
         match super::connect().await {
             Ok(docker) => {
-                super::runner::remove(&docker, container).await;
+                super::container::remove(&docker, container).await;
                 0
             }
             Err(_) => 1,

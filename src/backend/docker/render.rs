@@ -42,33 +42,9 @@ pub enum Init {
     None,
 }
 
-/// Where hosts keep tini, Docker's init: Debian/Ubuntu's docker.io, Docker's packages, tini.
-const HOST_INIT_CANDIDATES: &[&str] = &[
-    "/usr/bin/docker-init",
-    "/usr/libexec/docker/docker-init",
-    "/usr/local/bin/docker-init",
-    "/usr/bin/tini-static",
-    "/usr/bin/tini",
-    "/usr/sbin/docker-init",
-];
-
-/// The init for `plan`: Docker's for named and built images; for `image: host`, a host tini
-/// inside a system bind when there is one, else none. Reads the host file system.
-pub fn choose_init(plan: &LaunchPlan) -> Init {
-    if plan.image != crate::config::ImageRef::Host {
-        return Init::Docker;
-    }
-    let bound = |p: &str| plan.system.iter().any(|e| matches!(e, crate::plan::SystemEntry::Bind { path } if std::path::Path::new(p).starts_with(path)));
-    HOST_INIT_CANDIDATES
-        .iter()
-        .find(|c| bound(c) && std::fs::metadata(c).map(|m| m.is_file()).unwrap_or(false))
-        .map(|c| Init::Program(c.to_string()))
-        .unwrap_or(Init::None)
-}
-
 /// Renders `plan` for Docker, with `image` the resolved local image reference (for
 /// `image: host`, the content-addressed base image tag; see [`super::image`]) and `init`
-/// from [`choose_init`].
+/// chosen by the caller ([`super::choose_init`] reads the host for it).
 ///
 /// Hardening is not optional here: every run drops all capabilities, sets
 /// `no-new-privileges`, has a read-only root, a private `/tmp`, process/memory limits and

@@ -6,12 +6,13 @@ use std::io::IsTerminal;
 use std::time::Duration;
 
 use bollard::container::LogOutput;
-use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions, RemoveContainerOptions, ResizeContainerTTYOptions, WaitContainerOptions};
+use bollard::query_parameters::{AttachContainerOptions, CreateContainerOptions, ResizeContainerTTYOptions, WaitContainerOptions};
 use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 
+use super::container::remove;
 use super::{image, render, DockerError};
 use crate::backend::outcome::Explained;
 use crate::plan::LaunchPlan;
@@ -61,7 +62,7 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
     // Zones are bound as the handles that were checked (see `staging`); the staging mounts
     // go as soon as the container has started, and on every other path with `staging`.
     let (staged, mut staging) = super::staging::stage(plan)?;
-    let mut settings = render::render(&staged, &image, &render::choose_init(plan));
+    let mut settings = render::render(&staged, &image, &super::choose_init(plan));
     if let Some(labels) = settings.create.labels.as_mut() {
         labels.insert(LABEL_PID.into(), std::process::id().to_string());
     }
@@ -93,18 +94,6 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
             eprintln!("workcell: interrupted by {name}; the container was removed");
             Ok(code)
         }
-    }
-}
-
-/// Force-removes the container (killing it if it still runs). Errors are reported, not
-/// returned: the run's outcome matters more, and `workcell gc` can finish the job.
-pub(super) async fn remove(docker: &Docker, name: &str) {
-    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
-    match docker.remove_container(name, Some(opts)).await {
-        Ok(()) => {}
-        // 404: never created, or already gone; 409: removal already in progress.
-        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => {}
-        Err(e) => eprintln!("workcell: could not remove container {name}: {}; run `workcell gc` to clean up", super::api_message(&e)),
     }
 }
 
