@@ -68,7 +68,7 @@ impl Streams {
 /// the whole group is killed and `timed_out` is set (exit 124).
 pub(crate) fn capture(cmd: std::process::Command, timeout: Option<std::time::Duration>) -> Result<Captured, BackendError> {
     capture_with(cmd, timeout, |cmd| {
-        super::spawn_exclusive(|| cmd.spawn()).map_err(|e| BackendError::Failed(format!("cannot start {:?}: {e}", cmd.get_program())))
+        super::spawn_exclusive(|| cmd.spawn()).map_err(|source| BackendError::Io { what: format!("cannot start {:?}", cmd.get_program()), source })
     })
 }
 
@@ -106,7 +106,7 @@ pub(crate) fn capture_with(
             (rx.recv().map_err(|e| BackendError::Failed(e.to_string()))?, true)
         }
     };
-    let (status, streams) = result.map_err(|e| BackendError::Failed(format!("waiting for the command failed: {e}")))?;
+    let (status, streams) = result.map_err(|source| BackendError::Io { what: "waiting for the command failed".into(), source })?;
     Ok(streams.into_captured(if timed_out { EXIT_TIMEOUT } else { super::none::exit_code_of(status) }, timed_out))
 }
 

@@ -20,6 +20,20 @@ pub enum BackendError {
     /// A bwrap run that could not go ahead (exit 125).
     #[error(transparent)]
     Bwrap(#[from] bwrap::BwrapError),
+    /// A docker run that could not go ahead (exit 125; an unreachable daemon is
+    /// [`BackendError::Unavailable`]).
+    #[error(transparent)]
+    Docker(docker::DockerError),
+    /// A local operation failed: `what` says which, `source` why.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The on-demand service (the tool broker) could not start.
+    #[error("{0}")]
+    Service(#[source] ServiceError),
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),
@@ -111,6 +125,9 @@ fn host_image_only(plan: &LaunchPlan, backend: &'static str) -> Result<(), Backe
     }
 }
 
+/// Why an [`OnDemand`] service could not start: the service's own error, whatever its type.
+pub type ServiceError = Box<dyn std::error::Error + Send + Sync>;
+
 /// A host-side service for the worker that need not start until the worker first uses it
 /// (the tool broker): a backend that supervises the run itself starts it when `wake_fd`
 /// turns readable; the others start it before the worker.
@@ -118,7 +135,7 @@ pub trait OnDemand {
     /// A descriptor that turns readable when the worker first needs the service.
     fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_>;
     /// Starts the service; calling it again does nothing.
-    fn start(&self) -> Result<(), String>;
+    fn start(&self) -> Result<(), ServiceError>;
 }
 
 /// Runs `plan` on the selected backend; returns the exit status. `service`, if any, is
@@ -128,7 +145,7 @@ pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>
         return bwrap::run(plan, service);
     }
     if let Some(s) = service {
-        s.start().map_err(BackendError::Failed)?;
+        s.start().map_err(BackendError::Service)?;
     }
     match selected {
         Selected::Docker => docker::run(plan),

@@ -19,7 +19,7 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
         Ok(s) => Ok(exit_code_of(s)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(super::outcome::Explained::NotFound(prog.clone()).report()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(super::outcome::Explained::NotExecutable(prog.clone()).report()),
-        Err(e) => Err(BackendError::Failed(format!("cannot start {prog}: {e}"))),
+        Err(e) => Err(BackendError::Io { what: format!("cannot start {prog}"), source: e }),
     }
 }
 

@@ -285,8 +285,8 @@ impl crate::backend::OnDemand for Broker {
         std::os::fd::AsFd::as_fd(&self.listener)
     }
 
-    fn start(&self) -> Result<(), String> {
-        self.serve()
+    fn start(&self) -> Result<(), crate::backend::ServiceError> {
+        self.serve().map_err(Into::into)
     }
 }
 

@@ -53,14 +53,13 @@ impl Channels {
         let (status_r, status_w) = pipe()?;
         let mut args = vec![OsString::from("--json-status-fd"), status_w.as_raw_fd().to_string().into()];
         let mut theirs = vec![status_w];
-        let block = match block {
-            true => {
-                let (block_r, block_w) = pipe()?;
-                args.extend([OsString::from("--block-fd"), block_r.as_raw_fd().to_string().into()]);
-                theirs.push(block_r);
-                Some(block_w)
-            }
-            false => None,
+        let block = if block {
+            let (block_r, block_w) = pipe()?;
+            args.extend([OsString::from("--block-fd"), block_r.as_raw_fd().to_string().into()]);
+            theirs.push(block_r);
+            Some(block_w)
+        } else {
+            None
         };
         argv.splice(1..1, args);
         Ok(Some((Channels { status: StatusPipe::new(status_r), block, held_shut: None }, theirs)))

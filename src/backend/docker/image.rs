@@ -218,16 +218,14 @@ pub fn folder_tag(dir: &Path, hash: &str) -> String {
 /// Reads a `build:` folder to hash it.
 pub fn planned_image(plan: &LaunchPlan) -> Result<String, DockerError> {
     match &plan.image {
-        ImageRef::Host => {
-            host_base(&plan.system, plan.user).map(|(t, _)| t).map_err(|e| DockerError::Image(format!("cannot assemble the host base image: {e}")))
-        }
+        ImageRef::Host => host_base(&plan.system, plan.user).map(|(t, _)| t).map_err(DockerError::HostBase),
         ImageRef::Named(n) => Ok(n.clone()),
         ImageRef::Build(dir) => folder_context(dir).map(|(h, _)| folder_tag(dir, &h)).map_err(|e| build_dir_error(dir, e)),
     }
 }
 
-fn build_dir_error(dir: &Path, e: std::io::Error) -> DockerError {
-    DockerError::Image(format!("cannot read the build folder {}: {e}; check the worker's `build:` path (relative to the project directory)", dir.display()))
+fn build_dir_error(dir: &Path, source: std::io::Error) -> DockerError {
+    DockerError::BuildFolder { dir: dir.to_path_buf(), source }
 }
 
 async fn exists(docker: &Docker, tag: &str) -> Result<bool, DockerError> {
@@ -244,7 +242,7 @@ async fn exists(docker: &Docker, tag: &str) -> Result<bool, DockerError> {
 pub async fn ensure(docker: &Docker, plan: &LaunchPlan) -> Result<String, DockerError> {
     match &plan.image {
         ImageRef::Host => {
-            let (tag, context) = host_base(&plan.system, plan.user).map_err(|e| DockerError::Image(format!("cannot assemble the host base image: {e}")))?;
+            let (tag, context) = host_base(&plan.system, plan.user).map_err(DockerError::HostBase)?;
             if !exists(docker, &tag).await? {
                 build(docker, &tag, context, "host-base", None, "preparing the host base image").await?;
             }

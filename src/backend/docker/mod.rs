@@ -43,9 +43,26 @@ pub enum DockerError {
     /// The image is missing or could not be built.
     #[error("{0}")]
     Image(String),
-    /// Local I/O (terminal, signals, runtime).
+    /// A local check refused the run, or the daemon behaved unexpectedly.
     #[error("{0}")]
     Local(String),
+    /// Local I/O (terminal, signals, runtime, staging): `what` failed because of `source`.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The worker's `build:` folder cannot be read.
+    #[error("cannot read the build folder {}: {source}; check the worker's `build:` path (relative to the project directory)", dir.display())]
+    BuildFolder {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The host's base image (for `image: host`) cannot be assembled.
+    #[error("cannot assemble the host base image: {0}")]
+    HostBase(#[source] std::io::Error),
 }
 
 impl From<DockerError> for BackendError {
@@ -56,7 +73,7 @@ impl From<DockerError> for BackendError {
                 reason: format!("cannot reach the Docker daemon at {address}: {reason}"),
                 fix: UNREACHABLE_FIX.to_string(),
             },
-            other => BackendError::Failed(other.to_string()),
+            other => BackendError::Docker(other),
         }
     }
 }
@@ -116,7 +133,10 @@ pub async fn connect() -> Result<Docker, DockerError> {
 /// A single-threaded runtime: a run is a handful of sequential API calls plus output
 /// copying; one thread keeps start-up cheap.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, DockerError> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| DockerError::Local(format!("cannot start the async runtime: {e}")))
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| DockerError::Io { what: "cannot start the async runtime".into(), source })
 }
 
 /// Whether the Docker daemon answers; `Ok` holds its version and API version, `Err` says

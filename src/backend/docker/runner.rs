@@ -47,7 +47,7 @@ pub async fn run(plan: &LaunchPlan) -> Result<i32, DockerError> {
 /// [`run`] with the output sent to `sink`.
 pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError> {
     // Signal handlers first: a Ctrl-C at any point after this still removes the container.
-    let sig = |k: SignalKind| signal(k).map_err(|e| DockerError::Local(format!("cannot install a signal handler: {e}")));
+    let sig = |k: SignalKind| signal(k).map_err(|source| DockerError::Io { what: "cannot install a signal handler".into(), source });
     let mut sigint = sig(SignalKind::interrupt())?;
     let mut sigterm = sig(SignalKind::terminate())?;
     let mut sighup = sig(SignalKind::hangup())?;

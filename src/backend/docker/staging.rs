@@ -43,7 +43,8 @@ pub fn stage(plan: &LaunchPlan) -> Result<(LaunchPlan, Option<Staging>), DockerE
         }
         return Ok((staged, None));
     }
-    let fail = |what: &str, p: &Path, e: std::io::Error| DockerError::Local(format!("cannot stage the mounts for docker: {what} {}: {e}", p.display()));
+    let fail =
+        |what: &str, p: &Path, source: std::io::Error| DockerError::Io { what: format!("cannot stage the mounts for docker: {what} {}", p.display()), source };
     let base = Path::new(STAGING_BASE);
     match std::fs::DirBuilder::new().mode(0o700).create(base) {
         Ok(()) => {}
