@@ -9,6 +9,9 @@
 
 mod support;
 
+#[path = "behaviour/parity.rs"]
+mod parity;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -80,6 +83,7 @@ fn enforces(backend: &str, c: Controller) -> bool {
 /// Test bodies shared by every backend.
 mod body {
     use super::*;
+    pub use crate::parity::{root_is_read_only, user_has_a_name};
 
     pub fn ro_zone_not_writable(backend: &str) {
         let s = Scratch::new();
@@ -301,6 +305,8 @@ backend_suite!(
         exit_statuses,
         memory_hog_is_killed,
         fork_bomb_is_contained,
+        root_is_read_only,
+        user_has_a_name,
     ],
     {
         /// A server on the host loopback: with the network off the worker has its own
@@ -452,6 +458,8 @@ backend_suite!(
         exit_statuses,
         memory_hog_is_killed,
         fork_bomb_is_contained,
+        root_is_read_only,
+        user_has_a_name,
     ],
     {
         fn fetch_script(ip: &str) -> String {

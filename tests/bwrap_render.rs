@@ -84,6 +84,23 @@ fn bwrap_argv_has_no_other_host_paths() {
     }
 }
 
+/// The root is made read-only last: every mount point (zones, `/tmp`, the worker's
+/// `/etc/passwd` and `/etc/group`) is created on it before, and nothing is mounted after.
+#[test]
+fn bwrap_argv_remounts_root_read_only_after_every_mount() {
+    let f = Fixture::new(ZONES, &[]);
+    let plan = f.plan(None, Overrides::default());
+    let passed = bwrap::Passed { mounts: vec![None; plan.mounts.len()], seccomp: Some(9), accounts: Some([7, 8]) };
+    let argv: Vec<String> =
+        bwrap::render_argv_passed(&plan, Path::new("/usr/bin/bwrap"), Default::default(), &passed).iter().map(|w| w.to_string_lossy().into_owned()).collect();
+    let at = |words: &[&str]| argv.windows(words.len()).position(|w| w == words).unwrap_or_else(|| panic!("{words:?} missing in {argv:?}"));
+    let remount = at(&["--remount-ro", "/"]);
+    assert!(at(&["--ro-bind-data", "7", "/etc/passwd"]) < remount);
+    assert!(at(&["--ro-bind-data", "8", "/etc/group"]) < remount);
+    let mounting = ["--bind", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd", "--tmpfs", "--symlink", "--proc", "--dev", "--dir", "--file"];
+    assert!(!argv[remount + 2..].iter().any(|w| mounting.contains(&w.as_str())), "a mount after the remount: {argv:?}");
+}
+
 #[test]
 fn unenforced_limits_are_named() {
     let f = Fixture::new(ZONES, &[]);

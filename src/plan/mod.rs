@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub mod accounts;
 mod control;
 mod workdir;
 

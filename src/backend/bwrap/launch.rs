@@ -46,6 +46,14 @@ pub(super) fn argv_and_fds(plan: &LaunchPlan, located: &Located) -> Result<(Vec<
         };
         passed.mounts.push(fd);
     }
+    let mut accounts = [0; 2];
+    let texts = [("/etc/passwd", crate::plan::accounts::passwd_text(plan.user)), ("/etc/group", crate::plan::accounts::group_text(plan.user))];
+    for (slot, (path, text)) in accounts.iter_mut().zip(texts) {
+        let fd = data_fd(&text).map_err(|source| BwrapError::PassData { path, source })?;
+        *slot = fd.as_raw_fd();
+        owned.push(fd);
+    }
+    passed.accounts = Some(accounts);
     match crate::backend::seccomp::filter_fd() {
         Ok(fd) => {
             passed.seccomp = Some(fd.as_raw_fd());
@@ -101,4 +109,13 @@ fn unreachable_for(path: &Path, user: crate::plan::UserSpec) -> Option<(PathBuf,
         };
         (m.mode() & bit == 0).then(|| (dir.to_path_buf(), m.mode() & 0o7777, m.uid()))
     })
+}
+
+/// A pipe's read end holding `text` (close-on-exec until passed on), for `--ro-bind-data`:
+/// bwrap reads it to the end at setup. The text is a few hundred bytes, far below a pipe's
+/// capacity, so writing it all before bwrap starts cannot block.
+fn data_fd(text: &str) -> std::io::Result<OwnedFd> {
+    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    std::io::Write::write_all(&mut std::fs::File::from(w), text.as_bytes())?;
+    Ok(r)
 }

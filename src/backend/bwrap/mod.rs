@@ -1,8 +1,9 @@
 //! bubblewrap backend: the plan rendered as a `bwrap` argv and run under workcell's
 //! supervision.
 //!
-//! The worker sees the same filesystem as under Docker: an empty tmpfs root, the host
-//! system directories read-only, the zones at their mount points, a private `/tmp`, fresh
+//! The worker sees the same filesystem as under Docker: an empty, read-only tmpfs root, the
+//! host system directories read-only, workcell's own `/etc/passwd` and `/etc/group`, the
+//! zones at their mount points, a private `/tmp`, fresh
 //! `/proc` and `/dev` — and nothing else of the host. Every namespace is unshared (the
 //! network one is kept only when the plan allows network), all capabilities are dropped,
 //! the environment is exactly the plan's, and the sandbox dies with workcell.
@@ -64,6 +65,12 @@ pub enum BwrapError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot pass {path} to bwrap: {source}")]
+    PassData {
+        path: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[cfg(target_os = "linux")]
     #[error(transparent)]
     Seccomp(#[from] super::seccomp::SeccompError),
@@ -104,6 +111,7 @@ pub fn plan_text(plan: &LaunchPlan) -> String {
         Err(_) => (PathBuf::from("bwrap"), BwrapFeatures::default()),
     };
     let mut out = format!("# bwrap command line (run id {})\n{}\n", plan.run_id, shell_line(&render_argv_with(plan, &bwrap, features)));
+    out.push_str("# at run time also, on descriptors: the seccomp filter, /etc/passwd and /etc/group (root, nobody, the worker)\n");
     out.push_str(&format!("# limits: {}\n", super::cgroup::Support::detect().summary()));
     for w in unenforced_limits(plan) {
         out.push_str(&format!("# not enforced by bwrap: {w}\n"));

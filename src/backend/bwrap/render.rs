@@ -61,6 +61,9 @@ pub struct Passed {
     pub mounts: Vec<Option<i32>>,
     /// The compiled seccomp filter (`--seccomp FD`).
     pub seccomp: Option<i32>,
+    /// The worker's `/etc/passwd` and `/etc/group` (`--ro-bind-data FD`), the same text as
+    /// in Docker's host base image ([`crate::plan::accounts`]).
+    pub accounts: Option<[i32; 2]>,
 }
 
 /// [`render_argv_with`] binding the descriptors in `passed`.
@@ -134,6 +137,14 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
         }
         a.push(m.target.clone().into());
     }
+    if let Some([passwd, group]) = passed.accounts {
+        for (fd, path) in [(passwd, "/etc/passwd"), (group, "/etc/group")] {
+            a.extend(["--ro-bind-data".into(), fd.to_string().into(), OsString::from(path)]);
+        }
+    }
+    // The root tmpfs read-only, as Docker's `read-only /`, once every mount point on it has
+    // been made. Not recursive: the mounts on it (`/tmp`, `/dev`, rw zones) keep their mode.
+    a.extend(["--remount-ro".into(), "/".into()]);
     // Last, so that bwrap's own setup is not filtered, only the worker.
     if let Some(fd) = passed.seccomp {
         a.push("--seccomp".into());

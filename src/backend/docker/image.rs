@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::DockerError;
 use crate::config::ImageRef;
+use crate::plan::accounts::{group_text, passwd_text};
 use crate::plan::{LaunchPlan, SystemEntry, UserSpec, LABEL_MANAGED};
 
 /// Repository of the host base images.
@@ -100,24 +101,6 @@ pub fn host_rootfs_tar(system: &[SystemEntry], user: UserSpec) -> Result<Vec<u8>
         b.append_data(&mut h, name, text.as_bytes())?;
     }
     b.into_inner()
-}
-
-fn passwd_text(u: UserSpec) -> String {
-    let mut s = String::from("root:x:0:0:root:/tmp:/bin/sh\n");
-    if u.uid != 0 && u.uid != 65534 {
-        s.push_str(&format!("worker:x:{}:{}:workcell worker:/tmp:/bin/sh\n", u.uid, u.gid));
-    }
-    s.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
-    s
-}
-
-fn group_text(u: UserSpec) -> String {
-    let mut s = String::from("root:x:0:\n");
-    if u.gid != 0 && u.gid != 65534 {
-        s.push_str(&format!("worker:x:{}:\n", u.gid));
-    }
-    s.push_str("nogroup:x:65534:\n");
-    s
 }
 
 /// The Dockerfile of the host base image: the tar's content, nothing else.
