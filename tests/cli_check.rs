@@ -168,3 +168,19 @@ fn help_on_every_subcommand() {
     }
     assert_eq!(workcell(tmp.path()).arg("--version").output().unwrap().status.code(), Some(0));
 }
+
+/// `workcell plan` prints values as a person writes them, not Rust debug text.
+#[test]
+fn plan_summary_reads_as_written() {
+    let (_t, dir) = project();
+    let yaml = fs::read_to_string(dir.join("workcell.yaml")).unwrap() + "defaults:\n  limits: {timeout: 30s, memory: 512m}\n";
+    fs::write(dir.join("workcell.yaml"), yaml).unwrap();
+    let out = workcell(&dir).args(["plan", "--", "true"]).output().unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.lines().any(|l| l == "image:    host"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("limits:   timeout 30s, memory 512 MiB, cpus none, pids ")), "{text}");
+    for debug in ["Some(", "None", "Host", " bytes"] {
+        assert!(!text.contains(debug), "debug text {debug:?} in the plan:\n{text}");
+    }
+}

@@ -4,6 +4,7 @@ use crate::term::escape;
 use clap::Args;
 
 use super::{load_project, Cli, CliError};
+use crate::config::{ImageRef, Limits};
 use crate::plan::{LaunchPlan, Overrides};
 
 #[derive(Debug, Args)]
@@ -42,7 +43,7 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
-        println!("image:    {:?}", plan.image);
+        println!("image:    {}", image_text(&plan.image));
         println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
         println!("network:  {}", if plan.network { "on" } else { "off (loopback only)" });
         println!("workdir:  {}", escape(&plan.workdir));
@@ -51,13 +52,42 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         for m in &plan.mounts {
             println!("  {} <- {} ({})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
         }
-        println!(
-            "limits:   timeout {:?}, memory {:?} bytes, cpus {:?}, pids {:?}",
-            plan.limits.timeout, plan.limits.memory_bytes, plan.limits.cpus, plan.limits.pids
-        );
+        println!("limits:   {}", limits_text(&plan.limits));
         print_docker(&docker);
     }
     Ok(0)
+}
+
+/// The image as it is written in a worker file: `host`, a name, or `build: DIR`.
+fn image_text(image: &ImageRef) -> String {
+    match image {
+        ImageRef::Host => "host".into(),
+        ImageRef::Named(name) => escape(name).into_owned(),
+        ImageRef::Build(dir) => format!("build: {}", escape(&dir.to_string_lossy())),
+    }
+}
+
+/// `timeout 30s, memory 512 MiB, cpus 1.5, pids 256`, each `none` when unset.
+fn limits_text(l: &Limits) -> String {
+    let or_none = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+    format!(
+        "timeout {}, memory {}, cpus {}, pids {}",
+        or_none(l.timeout.map(|t| humantime::format_duration(t).to_string())),
+        or_none(l.memory_bytes.map(bytes_text)),
+        or_none(l.cpus.map(|c| c.to_string())),
+        or_none(l.pids.map(|p| p.to_string())),
+    )
+}
+
+/// A byte count in the largest binary unit that divides it exactly (`512 MiB`, `1536 KiB`),
+/// else in bytes: the value a person wrote in the config comes back unchanged.
+fn bytes_text(n: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n != 0 && n.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", n >> shift);
+        }
+    }
+    format!("{n} bytes")
 }
 
 fn print_rendering(text: String) -> i32 {
@@ -101,7 +131,14 @@ fn print_docker(d: &serde_json::Value) {
         _ => "none (the command is PID 1)".to_string(),
     };
     println!("  init:         {init}");
-    println!("  limits:       memory={} memory_swap={} nano_cpus={} pids={}", hc["Memory"], hc["MemorySwap"], hc["NanoCpus"], hc["PidsLimit"]);
+    let field = |v: &serde_json::Value| if v.is_null() { "none".to_string() } else { v.to_string() };
+    println!(
+        "  limits:       memory={} memory_swap={} nano_cpus={} pids={}",
+        field(&hc["Memory"]),
+        field(&hc["MemorySwap"]),
+        field(&hc["NanoCpus"]),
+        field(&hc["PidsLimit"])
+    );
     if let Some(t) = hc["Tmpfs"].as_object() {
         for (k, v) in t {
             println!("  tmpfs:        {k} ({})", v.as_str().unwrap_or(""));
@@ -114,5 +151,34 @@ fn print_docker(d: &serde_json::Value) {
             m["Source"].as_str().unwrap_or(""),
             if m["ReadOnly"].as_bool().unwrap_or(false) { "ro" } else { "rw" }
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn limits_read_as_written() {
+        let l = Limits { timeout: Some(Duration::from_secs(30)), memory_bytes: Some(512 << 20), cpus: Some(1.5), pids: Some(256) };
+        assert_eq!(limits_text(&l), "timeout 30s, memory 512 MiB, cpus 1.5, pids 256");
+        let none = Limits { timeout: None, memory_bytes: None, cpus: None, pids: None };
+        assert_eq!(limits_text(&none), "timeout none, memory none, cpus none, pids none");
+    }
+
+    #[test]
+    fn bytes_in_the_largest_exact_unit() {
+        assert_eq!(bytes_text(1 << 30), "1 GiB");
+        assert_eq!(bytes_text(1536 << 20), "1536 MiB");
+        assert_eq!(bytes_text(1000), "1000 bytes");
+        assert_eq!(bytes_text(0), "0 bytes");
+    }
+
+    #[test]
+    fn images_as_written() {
+        assert_eq!(image_text(&ImageRef::Host), "host");
+        assert_eq!(image_text(&ImageRef::Named("python:3".into())), "python:3");
+        assert_eq!(image_text(&ImageRef::Build("/p/images/doc".into())), "build: /p/images/doc");
     }
 }
