@@ -306,3 +306,19 @@ fn load_reports_the_real_file() {
     assert_eq!(e.file, file);
     assert_eq!(e.line, 2, "{e}");
 }
+
+/// `mounts:` entries take `host_path` / `mount_point` as other names for `host` / `at`; one
+/// name of each pair, never both.
+#[test]
+fn mount_aliases() {
+    let d = dir_with(&[]);
+    let file = d.path.join("workcell.yaml");
+    let short = Project::from_text("sandbox:\n  mounts:\n    - {host: ./data, at: /data, mode: ro}\n", &file, &d.path).unwrap();
+    let long = Project::from_text("sandbox:\n  mounts:\n    - {host_path: ./data, mount_point: /data, mode: ro}\n", &file, &d.path).unwrap();
+    assert_eq!(long.sandbox.mounts(), short.sandbox.mounts());
+    assert_eq!(long.sandbox.mounts()[0].mount_point, "/data");
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - {host: ./data, host_path: ./out, at: /data}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 7, "duplicate field `host`: `host` and `host_path` are two names for the same setting; give one of them");
+    let (e, _) = load_err("sandbox:\n  mounts:\n    - {host: ./data}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 8, "missing field `at` (or `mount_point`)");
+}

@@ -103,8 +103,22 @@ fn yaml_message(e: &serde_saphyr::Error) -> String {
             format!("not a whole number in the range this setting takes ({ty}); use a number such as 10")
         }
         Error::InvalidScalar { ty, .. } => format!("this value cannot be read as {ty}"),
-        other => serde_saphyr::DefaultMessageFormatter.format_message(other).into_owned(),
+        other => alias_hint(serde_saphyr::DefaultMessageFormatter.format_message(other).into_owned()),
     }
+}
+
+/// A `mounts:` field named twice (`host` and `host_path`) or not at all: say which names
+/// mean the same setting, since serde names only the first.
+fn alias_hint(message: String) -> String {
+    for (name, alias) in [("host", "host_path"), ("at", "mount_point")] {
+        if message.ends_with(&format!("duplicate field `{name}`")) {
+            return format!("{message}: `{name}` and `{alias}` are two names for the same setting; give one of them");
+        }
+        if message.ends_with(&format!("missing field `{name}`")) {
+            return format!("{message} (or `{alias}`)");
+        }
+    }
+    message
 }
 
 /// `UID` or `UID:GID` (numeric; the gid defaults to the uid). Root is refused: a worker never

@@ -158,11 +158,14 @@ impl<'de> Deserialize<'de> for RootField {
 /// One entry of `mounts:`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(transform = mount_aliases)]
 pub struct RawMount {
-    /// Host directory, relative to the project.
+    /// Host directory, relative to the project (also accepted as `host_path`).
+    #[serde(alias = "host_path")]
     #[schemars(with = "String")]
     pub host: Spanned<String>,
-    /// Absolute mount point, e.g. `/data`.
+    /// Absolute mount point, e.g. `/data` (also accepted as `mount_point`).
+    #[serde(alias = "mount_point")]
     #[schemars(with = "String")]
     pub at: Spanned<String>,
     pub mode: Option<ZoneMode>,
@@ -172,6 +175,24 @@ pub struct RawMount {
     pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
     pub delivery: Option<Delivery>,
+}
+
+/// The schema of `mounts:` entries with the serde aliases schemars leaves out: `host_path`
+/// for `host` and `mount_point` for `at`, exactly one of each pair required.
+fn mount_aliases(schema: &mut schemars::Schema) {
+    let pairs = [("host", "host_path"), ("at", "mount_point")];
+    if let Some(props) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        for (name, alias) in pairs {
+            if let Some(mut field) = props.get(name).cloned() {
+                field["description"] = format!("Another name for `{name}`.").into();
+                props.insert(alias.into(), field);
+            }
+        }
+    }
+    schema.remove("required");
+    let one_of_each: Vec<serde_json::Value> =
+        pairs.iter().map(|(name, alias)| serde_json::json!({ "oneOf": [{ "required": [name] }, { "required": [alias] }] })).collect();
+    schema.insert("allOf".into(), one_of_each.into());
 }
 
 /// Schema stand-in for sizes: a number of bytes or a size with a unit (`10m`).
