@@ -5,8 +5,7 @@ use clap::Args;
 use super::CliError;
 use crate::backend::docker::maintenance::{diagnose, DockerDiagnosis};
 
-// Arguments of `workcell doctor` (a plain comment: with deferred subcommands a doc comment
-// here would replace the subcommand's own description in its help).
+/// Arguments of `workcell doctor`.
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// Print the findings as JSON.

@@ -6,7 +6,7 @@ use clap::Args;
 use super::CliError;
 use crate::backend::docker::maintenance::{gc, GcReport};
 
-// Arguments of `workcell gc` (a plain comment, see `DoctorArgs`).
+/// Arguments of `workcell gc`.
 #[derive(Debug, Args)]
 pub struct GcArgs {
     /// Also remove the cached host base image and every image built from `build:` folders.

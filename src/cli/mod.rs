@@ -61,10 +61,7 @@ pub enum LogFormat {
     Json,
 }
 
-// Subcommands' arguments are built only for the one invoked (`defer`): building all of
-// them cost 70 k instructions and 30 page faults on every `workcell run`.
 #[derive(Debug, Subcommand)]
-#[command(defer = true)]
 pub enum Command {
     /// Write a starter workcell.yaml and one example worker.
     Init(init::InitArgs),
@@ -92,7 +89,7 @@ pub enum Command {
     },
 }
 
-// How requests that need a person's yes are answered (a plain comment, see `DoctorArgs`).
+/// How requests that need a person's yes are answered.
 #[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct ApprovalFlags {
     /// Approve every request that needs consent, without asking.
