@@ -1,7 +1,7 @@
 //! workcell: run untrusted work inside an isolation boundary derived from a declarative
 //! sandbox.
 //!
-//! Data flows one way (SPEC §2): [`config`] parses and validates the YAML into a
+//! Data flows one way, each stage using only the ones before it: [`config`] parses and validates the YAML into a
 //! [`sandbox::Sandbox`]; `derive()` narrows it per worker; [`plan`] turns a worker's
 //! effective sandbox into a backend-neutral launch plan that a backend renders and runs.
 

@@ -1,6 +1,6 @@
 //! Seatbelt backend (macOS `sandbox-exec`): the plan rendered as an SBPL profile.
 //!
-//! Seatbelt cannot remap paths, so zones appear at their **host** paths here (SPEC §5); the
+//! Seatbelt cannot remap paths, so zones appear at their **host** paths here (unlike docker and bwrap); the
 //! profile allows reads of the system and the readable zones, writes only to writable zones
 //! and a private temp dir, and denies the network unless the plan allows it. Every host path
 //! is passed as a `-D NAME=VALUE` parameter and referenced as `(param "NAME")`, never spliced

@@ -388,7 +388,7 @@ impl Project {
     }
 }
 
-/// The configuration used when a directory has no `workcell.yaml` (seed 003's defaults).
+/// The configuration used when a directory has no `workcell.yaml` (README, "Configuration reference": zones `cache` and `workspace`, rw, under `.sandbox/`).
 pub const DEFAULT_CONFIG: &str = "sandbox:\n  mode: sandboxed\n  zones:\n    cache: {mode: rw}\n    workspace: {mode: rw}\n";
 
 fn approvals(raw: Option<&RawApproval>) -> Approvals {

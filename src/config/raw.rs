@@ -35,10 +35,10 @@ pub struct RawSandbox {
     /// A string: the folder of sandboxed mode. A mapping: the root form (one directory as `/`).
     #[schemars(with = "Option<RootSchema>")]
     pub root: Option<Spanned<RootField>>,
-    /// Named zones, mounted at `/<name>` (seed 003).
+    /// Named zones, mounted at `/<name>`.
     #[schemars(with = "Option<BTreeMap<String, RawZone>>")]
     pub zones: Option<Spanned<IndexMap<Spanned<String>, RawZone>>>,
-    /// Named paths, mounted at `/<name>` (seeds 001/002).
+    /// Named paths, mounted at `/<name>`: zones written with `root:` and approval flags.
     #[schemars(with = "Option<BTreeMap<String, RawPathEntry>>")]
     pub paths: Option<Spanned<IndexMap<Spanned<String>, RawPathEntry>>>,
     /// The normalised form: explicit host directory and mount point.
@@ -49,7 +49,7 @@ pub struct RawSandbox {
     pub network: Option<Spanned<RawNetwork>>,
     /// Refuse to run without an OS or container boundary (default true).
     pub require_os_sandbox: Option<bool>,
-    /// Allow access outside the sandbox to be granted during a session (seed 000).
+    /// Allow access outside the sandbox to be granted during a session (`request_access`).
     pub dynamic: Option<bool>,
 }
 
@@ -88,7 +88,7 @@ pub struct RawZone {
     pub delivery: Option<Delivery>,
 }
 
-/// One entry of `paths:` (seeds 001/002).
+/// One entry of `paths:`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawPathEntry {
@@ -106,7 +106,7 @@ pub struct RawPathEntry {
     pub write_approval: Option<bool>,
 }
 
-/// The root form (seed 004): one directory as virtual `/`.
+/// The root form: one directory as virtual `/`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawRoot {
@@ -329,7 +329,7 @@ pub struct RawWorker {
     pub attachment_policy: Option<RawAttachmentPolicy>,
 }
 
-/// A worker's sandbox declaration: zone requests (seed 003) or allowlists (seed 004).
+/// A worker's sandbox declaration: zone requests (`zones:`) or allowlists (`allow_read`, `allow_write`).
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkerSandbox {
@@ -352,7 +352,7 @@ pub struct RawZoneRequest {
     pub mode: Option<Spanned<ZoneMode>>,
 }
 
-/// A shell rule (seed 001 phase 6).
+/// A shell rule: a command pattern and what it may do.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RawShellRule {

@@ -18,9 +18,9 @@ use crate::sandbox::{DeriveSpec, Sandbox, SandboxError, ZoneMode, ZoneRequest};
 pub enum SandboxDecl {
     /// Nothing declared: no file access.
     None,
-    /// `zones: [{name, mode}]` (seed 003).
+    /// `zones: [{name, mode}]`: only these zones, at most the parent's mode.
     Zones(Vec<ZoneRequest>),
-    /// `{inherit, allow_read, allow_write, readonly}` (seed 004).
+    /// `{inherit, allow_read, allow_write, readonly}`: allowlists inside the parent's areas.
     Derive(DeriveSpec),
 }
 
@@ -35,7 +35,7 @@ impl SandboxDecl {
     }
 }
 
-/// A shell rule (seed 001 phase 6).
+/// A shell rule: a command pattern and what it may do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShellRule {
     pub pattern: String,

@@ -1,4 +1,4 @@
-//! Child sandboxes: `derive()` (seed 004) and zone declarations (seed 003). Both only ever
+//! Child sandboxes: `derive()` (allowlists) and zone declarations (`zones:`). Both only ever
 //! shrink the parent's areas; asking for more is an [`SandboxError::Escalation`].
 
 use std::sync::Arc;
@@ -7,7 +7,7 @@ use super::error::show;
 use super::path::VirtualPath;
 use super::{Addressing, Area, AreaKey, PathList, Sandbox, SandboxError, ZoneMode};
 
-/// Arguments of [`Sandbox::derive`], exactly as seed 004 names them.
+/// Arguments of [`Sandbox::derive`], named as a worker file writes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeriveSpec {
     /// Start from the parent's full access (true) or from nothing (false, the default).
@@ -20,7 +20,7 @@ pub struct DeriveSpec {
     pub readonly: Option<bool>,
 }
 
-/// One zone a worker declares it needs (seed 003).
+/// One zone a worker declares it needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZoneRequest {
     pub name: String,
@@ -93,7 +93,7 @@ impl Sandbox {
         Ok((AreaKey { mount: vp.mount, prefix }, dir))
     }
 
-    /// Derives a child sandbox that can see at most what this one can (seed 004).
+    /// Derives a child sandbox that can see at most what this one can.
     ///
     /// Child readable = parent readable ∩ allow_read (or everything/nothing per `inherit`),
     /// child writable = parent writable ∩ allow_write; write implies read. Entries outside
@@ -144,7 +144,7 @@ impl Sandbox {
         }
     }
 
-    /// Derives a child from zone declarations (seed 003): only the declared zones, at most
+    /// Derives a child from zone declarations: only the declared zones, at most
     /// the parent's mode in each. `rw` over a parent's `ro` is an error.
     pub fn derive_zones(&self, requests: &[ZoneRequest]) -> Result<Sandbox, SandboxError> {
         let mut readable = Vec::new();

@@ -1,4 +1,4 @@
-//! Dynamic expansion (seed 000): a session-scoped extra mount, granted after consent.
+//! Dynamic expansion (`dynamic: true`, the `request_access` tool): a session-scoped extra mount, granted after consent.
 
 use std::path::Path;
 use std::sync::Arc;

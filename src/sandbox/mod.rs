@@ -79,7 +79,7 @@ pub struct Approvals {
 }
 
 impl Default for Approvals {
-    /// Reads proceed; writes and deletes ask (seed 003's defaults).
+    /// Reads proceed; writes and deletes ask: a zone without `approval:` changes nothing unasked.
     fn default() -> Self {
         Approvals { read: Approval::PreApproved, write: Approval::Ask, delete: Approval::Ask }
     }

@@ -1,4 +1,4 @@
-//! Shell rules (seed 001 phase 6): which command lines a worker may run, and which need a
+//! Shell rules: which command lines a worker may run, and which need a
 //! person's yes. Commands are split with shlex and executed without a shell, so shell
 //! metacharacters are refused rather than interpreted.
 
@@ -9,7 +9,9 @@ use super::shell_paths;
 use crate::config::{Rule, ShellRule};
 use crate::sandbox::Sandbox;
 
-/// The shell rules of one worker, in the precedence order of SPEC §6.
+/// The shell rules of one worker. Precedence: `tool_rules.shell.allowed: false` disables the
+/// tool; else the first matching `shell_rules` entry decides; else `shell_default`; else
+/// `tool_rules.shell.approval_required`; else ask.
 #[derive(Debug, Clone, Default)]
 pub struct ShellPolicy {
     /// `tool_rules.shell`: whether the shell tool exists at all, and its fallback approval.

@@ -1,4 +1,4 @@
-//! Dynamic expansion (seed 000): a directory outside the sandbox granted for the session
+//! Dynamic expansion (`dynamic: true`, the `request_access` tool): a directory outside the sandbox granted for the session
 //! after a person's consent, and the `zones:` lines that would make it permanent.
 
 use std::path::PathBuf;

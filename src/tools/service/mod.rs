@@ -23,7 +23,7 @@ pub use requests::{AccessArgs, CallWorkerArgs, EditArgs, ListArgs, PathArgs, Rea
 
 /// Default and largest `read_file` window, in characters.
 pub const DEFAULT_MAX_CHARS: usize = 200_000;
-/// Default shell timeout (SPEC §6).
+/// Shell timeout when a call names none (a call may ask for 1 to 3600 s).
 pub const DEFAULT_SHELL_TIMEOUT_SECS: u64 = 30;
 /// Output kept per stream of a shell command or a child worker (the backends keep no more
 /// while they read it).
@@ -425,7 +425,8 @@ fn cap(s: &mut String, already_cut: u64) -> u64 {
     cut
 }
 
-/// Adds the sandbox's context to a failed command's stderr (seed 002).
+/// Adds the sandbox's context to a failed command's stderr: a permission error names the
+/// paths the worker may write, so it can retry there.
 fn annotate(out: &mut ShellOutput, sb: &Sandbox) {
     let e = out.stderr.to_lowercase();
     if e.contains("permission denied") || e.contains("read-only file system") || e.contains("operation not permitted") {
