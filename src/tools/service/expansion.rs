@@ -20,7 +20,7 @@ pub struct Expansion {
 }
 
 impl ToolService {
-    /// Seed 000: grants access to a directory outside the sandbox for this session, after
+    /// Grants access to a directory outside the sandbox for this session, after
     /// consent, read and write separately. Only with `dynamic: true`.
     pub fn request_access(&self, path: &str, mode: &str) -> Result<Value, ToolError> {
         if !self.project.dynamic {
