@@ -39,11 +39,13 @@ while time.time() < deadline:
         answered_upto += m.end()
         prompts += 1
         os.write(fd, answer.encode() + b"\n")
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        reaped = status
-        if not r:
-            break
+    # Reaped once only: a second waitpid on it raises ChildProcessError.
+    if reaped is None:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            reaped = status
+    if reaped is not None and not r:
+        break
 else:
     os.kill(pid, 9)
 

@@ -275,7 +275,10 @@ fn engine_socket(facts: &HostFacts, dir: BorrowedFd<'_>, chain: &[Id]) -> Option
         }
     }
     let zone = chain.first()?;
-    facts.sockets.iter().find(|(_, above)| above.contains(zone)).map(|(socket, _)| socket.clone())
+    // The cached identities only pick candidates: a directory removed since they were read
+    // can have its inode number reused by the zone, so a match is confirmed on the host now.
+    let holds = |socket: &Path| std::fs::canonicalize(socket).is_ok_and(|real| real.ancestors().skip(1).filter_map(identity_of).any(|id| id == *zone));
+    facts.sockets.iter().find(|(socket, above)| above.contains(zone) && holds(socket)).map(|(socket, _)| socket.clone())
 }
 
 /// Engine sockets that a process of this network namespace has bound, wherever they are
