@@ -181,15 +181,22 @@ impl BusyboxImage {
         append(&mut b, "busybox", &bb, 0o755);
         append(&mut b, "www/index.html", b"ok\n", 0o644);
         let ctx = b.into_inner().expect("tar");
-        let mut child = StdCommand::new("docker")
-            .args(["build", "-q", "-t", &tag, "--label", "dev.workcell.managed=true", "--label", "dev.workcell.kind=test", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("docker build");
-        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &ctx).expect("send context");
-        assert!(child.wait().expect("docker build").success(), "building {tag} failed");
-        BusyboxImage { tag }
+        // Up to three tries: under parallel builds the daemon's legacy builder has failed
+        // once with "failed to get digest …: no such file" for an image it had just built.
+        for attempt in 1..=3 {
+            let mut child = StdCommand::new("docker")
+                .args(["build", "-q", "-t", &tag, "--label", "dev.workcell.managed=true", "--label", "dev.workcell.kind=test", "-"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("docker build");
+            std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &ctx).expect("send context");
+            if child.wait().expect("docker build").success() {
+                return BusyboxImage { tag };
+            }
+            assert!(attempt < 3, "building {tag} failed three times");
+        }
+        unreachable!()
     }
 }
 
