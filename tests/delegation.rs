@@ -105,6 +105,9 @@ fn attachments_must_be_readable_and_fit_the_childs_policy() {
 /// removes the broker directory with what was already staged in it.
 #[test]
 fn a_failed_staging_leaves_no_broker_directory() {
+    use workcell::run::RunError;
+    use workcell::tools::attach::AttachError;
+    use workcell::tools::runner::RunnerError;
     use workcell::tools::service::{Attachment, SandboxRunner};
     let (tmp, p) = project();
     let first = format!("first-{}.txt", std::process::id());
@@ -118,7 +121,8 @@ fn a_failed_staging_leaves_no_broker_directory() {
     let reader = p.worker("reader").expect("worker").clone();
     let runner = BackendRunner::new(p.clone(), BackendChoice::None, ApprovalMode::ApproveAll);
     let err = runner.run_worker(&reader, &reader.sandbox, "in", &attachments, 1, &["reader".into()]).expect_err("staging fails");
-    assert!(err.contains("changed while it was handed over"), "{err}");
+    assert!(matches!(&err, RunnerError::Run(RunError::Attach(AttachError::Changed { name, checked: 2, copied: 3 })) if name == "doc.txt"), "{err:?}");
+    assert!(err.to_string().contains("changed while it was handed over"), "{err}");
     let bases = ["/dev/shm".into(), std::env::temp_dir()].into_iter().chain(std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from));
     let left: Vec<_> = bases
         .flat_map(|b| std::fs::read_dir(b).into_iter().flatten().flatten())

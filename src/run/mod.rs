@@ -13,10 +13,10 @@ use crate::backend::{self, BackendError, Captured, Selected};
 use crate::config::{BackendChoice, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides, PlanError, BROKER_MOUNT_POINT};
 use crate::sandbox::Sandbox;
-use crate::tools::attach::{self, Attachment, Reservation};
+use crate::tools::attach::{self, AttachError, Attachment, Reservation};
 use crate::tools::audit::AuditLog;
-use crate::tools::broker::Broker;
-use crate::tools::runner::BackendRunner;
+use crate::tools::broker::{Broker, BrokerError};
+use crate::tools::runner::{BackendRunner, DeadlinePassed};
 use crate::tools::service::{Caller, ToolService};
 
 /// Why a run did not happen (or its end could not be recorded). Exit status 125 unless the
@@ -30,8 +30,14 @@ pub enum RunError {
     #[error("{0}")]
     Backend(#[from] BackendError),
     /// The broker or its staged files could not be set up.
-    #[error("{0}")]
-    Broker(String),
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    /// The attachments of a child run could not be reserved or staged.
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    /// The run that starts this one has no time left.
+    #[error(transparent)]
+    Deadline(#[from] DeadlinePassed),
     /// The start of the run could not be recorded: an operation that cannot be audited
     /// does not proceed.
     #[error("cannot write the audit log: {0}")]
@@ -88,33 +94,32 @@ impl Session {
     /// Plans the run, chooses its backend, starts its services and records its start.
     pub fn prepare(spec: Spec<'_>) -> Result<Session, RunError> {
         let mut plan = LaunchPlan::build(&spec.project, spec.worker, &spec.sandbox, &spec.overrides)?;
-        plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout).map_err(|e| RunError::Backend(BackendError::Failed(e)))?;
+        plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
         // This run's own runner: the shell commands of its worker go to its container.
         let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }.serving(plan.limits);
         let caller = Caller { worker: spec.worker.cloned(), chain: spec.chain.clone() };
         let service = Arc::new(runner.service_for(caller, spec.sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
-        let broker_err = RunError::Broker;
         let (broker, reserved) = match spec.services {
             Services::None => (None, None),
             Services::Broker { instructions } => {
-                let broker = Broker::bind(service.clone()).map_err(broker_err)?;
+                let broker = Broker::bind(service.clone())?;
                 if let Some(text) = instructions {
-                    broker.stage("instructions.md", text.as_bytes()).map_err(broker_err)?;
+                    broker.stage("instructions.md", text.as_bytes())?;
                     plan.env.insert("WORKCELL_INSTRUCTIONS".into(), format!("{BROKER_MOUNT_POINT}/instructions.md"));
                 }
                 (Some(broker), None)
             }
             Services::Child { input, attachments, instructions } => {
                 // Reserved before anything is copied, released when the session ends.
-                let reserved = Reservation::take(attachments.iter().map(|a| a.size).fold(0u64, u64::saturating_add)).map_err(broker_err)?;
+                let reserved = Reservation::take(attachments.iter().map(|a| a.size).fold(0u64, u64::saturating_add))?;
                 // The broker owns its directory (a tmpfs when there is one): every return
                 // below, and a panic's unwinding, drops it and so removes the staged files.
-                let broker = Broker::start(service.clone()).map_err(broker_err)?;
-                broker.stage("input.txt", input.as_bytes()).map_err(broker_err)?;
-                attach::stage(&broker, attachments).map_err(broker_err)?;
-                broker.stage("instructions.md", instructions.as_bytes()).map_err(broker_err)?;
+                let broker = Broker::start(service.clone())?;
+                broker.stage("input.txt", input.as_bytes())?;
+                attach::stage(&broker, attachments)?;
+                broker.stage("instructions.md", instructions.as_bytes())?;
                 for (k, file) in [("WORKCELL_INPUT", "input.txt"), ("WORKCELL_ATTACHMENTS", "attachments"), ("WORKCELL_INSTRUCTIONS", "instructions.md")] {
                     plan.env.insert(k.into(), format!("{BROKER_MOUNT_POINT}/{file}"));
                 }
@@ -123,7 +128,7 @@ impl Session {
             }
         };
         if let Some(broker) = &broker {
-            broker.share_with(plan.user).map_err(broker_err)?;
+            broker.share_with(plan.user)?;
             plan.attach_broker(broker.dir(), broker.token());
         }
         if selected == Selected::Docker {

@@ -7,7 +7,7 @@
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::broker::Broker;
+use super::broker::{Broker, BrokerError};
 use super::service::ToolError;
 use crate::config::Worker;
 use crate::sandbox::Sandbox;
@@ -21,6 +21,23 @@ pub const MAX_ATTACHMENT_BYTES: u64 = 64 << 20;
 pub const STAGED_BUDGET: u64 = 256 << 20;
 
 static STAGED: AtomicU64 = AtomicU64::new(0);
+
+/// Why attachments could not be handed to a child worker.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The process-wide staging budget cannot hold `bytes` more: `held` are staged already.
+    #[error(
+        "attachments of {bytes} bytes do not fit: child runs of this session already hold {held} bytes of attachments, and at most {STAGED_BUDGET} bytes (256 MiB) may be staged at once. Wait for them to finish or attach less"
+    )]
+    Budget { bytes: u64, held: u64 },
+    #[error("cannot stage the attachment '{0}': not a file name")]
+    NotAName(String),
+    /// The file's size changed between the check and the copy.
+    #[error("the attachment '{name}' changed while it was handed over ({checked} bytes when checked, {copied} read); attach it again")]
+    Changed { name: String, checked: u64, copied: u64 },
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
 
 /// A file handed to a child worker: its name and an open handle to it, taken beneath the
 /// caller's sandbox (so a symlink swapped in after the check cannot substitute another
@@ -38,15 +55,11 @@ pub struct Reservation(u64);
 
 impl Reservation {
     /// Reserves `bytes`, or says why not.
-    pub fn take(bytes: u64) -> Result<Reservation, String> {
+    pub fn take(bytes: u64) -> Result<Reservation, AttachError> {
         STAGED
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| now.checked_add(bytes).filter(|t| *t <= STAGED_BUDGET))
             .map(|_| Reservation(bytes))
-            .map_err(|now| {
-                format!(
-                    "attachments of {bytes} bytes do not fit: child runs of this session already hold {now} bytes of attachments, and at most {STAGED_BUDGET} bytes (256 MiB) may be staged at once. Wait for them to finish or attach less"
-                )
-            })
+            .map_err(|held| AttachError::Budget { bytes, held })
     }
 }
 
@@ -118,21 +131,18 @@ pub fn check(sb: &Sandbox, child: &Worker, paths: &[String]) -> Result<Vec<Attac
 /// Streams each attachment from its handle into `attachments/` of the broker directory:
 /// never more than the size checked (a file that grew since is refused), one piece at a
 /// time. On error the caller drops the broker, which removes the directory.
-pub fn stage(broker: &Broker, attachments: &[Attachment]) -> Result<(), String> {
+pub fn stage(broker: &Broker, attachments: &[Attachment]) -> Result<(), AttachError> {
     broker.stage_dir("attachments")?;
     for a in attachments {
         // A name only (the last component of the path the caller gave): never `..` or a
         // path, which would leave the attachments directory.
         if a.name.is_empty() || a.name == "." || a.name == ".." || a.name.contains('/') {
-            return Err(format!("cannot stage the attachment '{}': not a file name", a.name));
+            return Err(AttachError::NotAName(a.name.clone()));
         }
         let mut limited = (&a.file).take(a.size.saturating_add(1));
         let copied = broker.stage_from(&format!("attachments/{}", a.name), &mut limited)?;
         if copied != a.size {
-            return Err(format!(
-                "the attachment '{}' changed while it was handed over ({} bytes when checked, {copied} read); attach it again",
-                a.name, a.size
-            ));
+            return Err(AttachError::Changed { name: a.name.clone(), checked: a.size, copied });
         }
     }
     Ok(())
@@ -146,7 +156,8 @@ mod tests {
     fn the_session_budget_is_shared_and_released() {
         let big = Reservation::take(200 << 20).expect("fits");
         let err = Reservation::take(100 << 20).expect_err("over the budget");
-        assert!(err.contains("256 MiB"), "{err}");
+        assert!(matches!(err, AttachError::Budget { bytes, .. } if bytes == 100 << 20), "{err}");
+        assert!(err.to_string().contains("256 MiB"), "{err}");
         drop(big);
         drop(Reservation::take(100 << 20).expect("fits again"));
     }

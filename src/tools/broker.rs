@@ -57,10 +57,35 @@ impl std::fmt::Debug for Broker {
     }
 }
 
+/// Why a broker could not be set up, or a file not staged for the worker.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("no randomness for the broker token: {0}")]
+    Token(getrandom::Error),
+    /// Every base directory was tried; `base` is the last one, `source` its error.
+    #[error("cannot create the broker directory ({}: {source})", base.display())]
+    Dir { base: PathBuf, source: std::io::Error },
+    #[error("cannot restrict the broker directory {} to its owner: {source}", path.display())]
+    Restrict { path: PathBuf, source: std::io::Error },
+    #[error("cannot bind the broker socket {}: {source}", path.display())]
+    Bind { path: PathBuf, source: std::io::Error },
+    #[error("cannot share the broker socket: {0}")]
+    Share(#[source] std::io::Error),
+    #[error("cannot start the broker thread: {0}")]
+    Thread(#[source] std::io::Error),
+    #[error("cannot open the broker directory {}: {source}", path.display())]
+    OpenDir { path: PathBuf, source: std::io::Error },
+    /// `name` is the file or directory's path inside the broker directory.
+    #[error("cannot stage {name}: {source}")]
+    Stage { name: String, source: std::io::Error },
+    #[error("cannot give the worker access to the broker socket: {0}")]
+    Grant(#[source] std::io::Error),
+}
+
 /// A fresh random token: 32 bytes from the OS, hex.
-pub fn new_token() -> Result<String, String> {
+pub fn new_token() -> Result<String, BrokerError> {
     let mut b = [0u8; 32];
-    getrandom::fill(&mut b).map_err(|e| format!("no randomness for the broker token: {e}"))?;
+    getrandom::fill(&mut b).map_err(BrokerError::Token)?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -68,15 +93,16 @@ pub fn new_token() -> Result<String, String> {
 /// tmpfs where there is one: it lives for one run, and creating and removing it on a disk
 /// file system was a third of the broker's cost per run (≈ 0.3 ms of ≈ 1 ms on ext4). In
 /// order: `$XDG_RUNTIME_DIR` (per user), `$TMPDIR` when set, `/dev/shm`, the system default.
-fn private_dir() -> Result<tempfile::TempDir, String> {
+fn private_dir() -> Result<tempfile::TempDir, BrokerError> {
     let mut last = None;
-    for base in &private_dir_bases() {
-        match tempfile::Builder::new().prefix("workcell-broker-").tempdir_in(base) {
+    for base in private_dir_bases() {
+        match tempfile::Builder::new().prefix("workcell-broker-").tempdir_in(&base) {
             Ok(dir) => return Ok(dir),
-            Err(e) => last = Some(format!("{}: {e}", base.display())),
+            Err(source) => last = Some(BrokerError::Dir { base, source }),
         }
     }
-    Err(format!("cannot create the broker directory ({})", last.unwrap_or_default()))
+    // private_dir_bases always holds the system temporary directory.
+    Err(last.unwrap_or_else(|| BrokerError::Dir { base: std::env::temp_dir(), source: std::io::ErrorKind::NotFound.into() }))
 }
 
 /// Where broker directories may be, in the order [`private_dir`] tries them.
@@ -153,7 +179,7 @@ struct AppState {
 
 impl Broker {
     /// Binds a new socket for `service` in a private directory and starts serving it.
-    pub fn start(service: Arc<ToolService>) -> Result<Broker, String> {
+    pub fn start(service: Arc<ToolService>) -> Result<Broker, BrokerError> {
         let broker = Broker::bind(service)?;
         broker.serve()?;
         Ok(broker)
@@ -161,26 +187,27 @@ impl Broker {
 
     /// Binds a new socket for `service` in a private directory, without serving it yet:
     /// connections wait in the socket's backlog until [`Broker::serve`].
-    pub fn bind(service: Arc<ToolService>) -> Result<Broker, String> {
+    pub fn bind(service: Arc<ToolService>) -> Result<Broker, BrokerError> {
         let dir = private_dir()?;
         // Owner only: the worker runs as the same uid; nobody else needs to connect.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .map_err(|source| BrokerError::Restrict { path: dir.path().to_path_buf(), source })?;
         let token = new_token()?;
         let socket = dir.path().join(SOCKET_NAME);
-        let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|e| format!("cannot bind the broker socket: {e}"))?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|source| BrokerError::Bind { path: socket.clone(), source })?;
+        listener.set_nonblocking(true).map_err(|source| BrokerError::Bind { path: socket, source })?;
         let state = AppState { service, token: Arc::new(token.clone()), calls: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_CALLS)) };
         Ok(Broker { dir, token, listener, state, running: std::sync::Mutex::new(None) })
     }
 
     /// Starts the server if it is not running yet.
-    pub fn serve(&self) -> Result<(), String> {
+    pub fn serve(&self) -> Result<(), BrokerError> {
         let mut running = self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if running.is_some() {
             return Ok(());
         }
         // The server gets its own descriptor; ours stays valid for `wake_fd`.
-        let std_listener = self.listener.try_clone().map_err(|e| format!("cannot share the broker socket: {e}"))?;
+        let std_listener = self.listener.try_clone().map_err(BrokerError::Share)?;
         let state = self.state.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
@@ -210,7 +237,7 @@ impl Broker {
                     }
                 });
             })
-            .map_err(|e| format!("cannot start the broker thread: {e}"))?;
+            .map_err(BrokerError::Thread)?;
         *running = Some(Running { shutdown: tx, thread });
         Ok(())
     }
@@ -224,31 +251,33 @@ impl Broker {
     /// or `dir/name` below a directory made with [`Broker::stage_dir`]. Opened beneath the
     /// directory's handle with `O_EXCL`, so nothing already there (a link, a file) is
     /// followed or replaced.
-    pub fn stage(&self, rel: &str, bytes: &[u8]) -> Result<(), String> {
+    pub fn stage(&self, rel: &str, bytes: &[u8]) -> Result<(), BrokerError> {
         use std::io::Write;
-        let dir =
-            cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
-        let mut opts = cap_std::fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        let mut f = dir.open_with(rel, &opts).map_err(|e| format!("cannot stage {rel}: {e}"))?;
-        f.write_all(bytes).map_err(|e| format!("cannot stage {rel}: {e}"))
+        let mut f = self.create(rel)?;
+        f.write_all(bytes).map_err(|source| BrokerError::Stage { name: rel.into(), source })
     }
 
     /// [`Broker::stage`] from a reader, copied a piece at a time; returns the bytes copied.
-    pub fn stage_from(&self, rel: &str, reader: &mut dyn std::io::Read) -> Result<u64, String> {
-        let dir =
-            cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
-        let mut opts = cap_std::fs::OpenOptions::new();
-        opts.write(true).create_new(true);
-        let mut f = dir.open_with(rel, &opts).map_err(|e| format!("cannot stage {rel}: {e}"))?;
-        std::io::copy(reader, &mut f).map_err(|e| format!("cannot stage {rel}: {e}"))
+    pub fn stage_from(&self, rel: &str, reader: &mut dyn std::io::Read) -> Result<u64, BrokerError> {
+        let mut f = self.create(rel)?;
+        std::io::copy(reader, &mut f).map_err(|source| BrokerError::Stage { name: rel.into(), source })
     }
 
     /// Makes a new directory `name` in the broker directory (see [`Broker::stage`]).
-    pub fn stage_dir(&self, name: &str) -> Result<(), String> {
-        let dir =
-            cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority()).map_err(|e| format!("cannot open the broker directory: {e}"))?;
-        dir.create_dir(name).map_err(|e| format!("cannot stage {name}: {e}"))
+    pub fn stage_dir(&self, name: &str) -> Result<(), BrokerError> {
+        self.open_dir()?.create_dir(name).map_err(|source| BrokerError::Stage { name: name.into(), source })
+    }
+
+    fn open_dir(&self) -> Result<cap_std::fs::Dir, BrokerError> {
+        cap_std::fs::Dir::open_ambient_dir(self.dir.path(), cap_std::ambient_authority())
+            .map_err(|source| BrokerError::OpenDir { path: self.dir.path().to_path_buf(), source })
+    }
+
+    /// A new file `rel` beneath the broker directory, never one already there.
+    fn create(&self, rel: &str) -> Result<cap_std::fs::File, BrokerError> {
+        let mut opts = cap_std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        self.open_dir()?.open_with(rel, &opts).map_err(|source| BrokerError::Stage { name: rel.into(), source })
     }
 
     /// The socket's host path.
@@ -263,7 +292,7 @@ impl Broker {
     /// Lets a worker running as another host user (root workcell, unprivileged worker) reach
     /// the socket and the files beside it: the directory and socket go to the worker's group
     /// (0750 / 0660) and stay root's. Nothing changes when the worker is this process's user.
-    pub fn share_with(&self, user: crate::plan::UserSpec) -> Result<(), String> {
+    pub fn share_with(&self, user: crate::plan::UserSpec) -> Result<(), BrokerError> {
         if rustix::process::geteuid().as_raw() != 0 || user.uid == 0 {
             return Ok(());
         }
@@ -272,9 +301,7 @@ impl Broker {
             rustix::fs::chown(p, None, Some(gid))?;
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
         };
-        share(self.dir.path(), 0o750)
-            .and_then(|()| share(&self.socket(), 0o660))
-            .map_err(|e| format!("cannot give the worker access to the broker socket: {e}"))
+        share(self.dir.path(), 0o750).and_then(|()| share(&self.socket(), 0o660)).map_err(BrokerError::Grant)
     }
 }
 

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
 use super::audit::AuditLog;
 use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
-use crate::backend::{self, Captured};
+use crate::backend::{self, BackendError, Captured};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
-use crate::run::{Services, Session, Spec};
+use crate::run::{RunError, Services, Session, Spec};
 use crate::sandbox::Sandbox;
 
 /// Runs commands on a backend chosen like `workcell run` chooses.
@@ -28,6 +28,25 @@ pub struct BackendRunner {
     /// When that run's timeout ends: no shell command or child worker it starts lives longer
     /// (the worker is gone by then, and workcell would wait for them).
     pub deadline: Option<Instant>,
+}
+
+/// The run's timeout has passed: nothing more is started in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the run's timeout has passed; nothing more can be started in it")]
+pub struct DeadlinePassed;
+
+/// Why a shell command or a child worker could not be run (its own failure is in its
+/// [`ShellOutput`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error(transparent)]
+    Deadline(#[from] DeadlinePassed),
+    /// The command could not be executed in the running container.
+    #[error(transparent)]
+    Exec(#[from] BackendError),
+    /// The command's or the child's own run could not be prepared or carried out.
+    #[error(transparent)]
+    Run(#[from] RunError),
 }
 
 /// A prompter for `mode`: the terminal when interactive and one exists, else none.
@@ -70,11 +89,11 @@ impl BackendRunner {
     }
 
     /// `wanted` cut to what is left of the run's time; an error once nothing is left.
-    pub(crate) fn within_deadline(&self, wanted: Option<Duration>) -> Result<Option<Duration>, String> {
+    pub(crate) fn within_deadline(&self, wanted: Option<Duration>) -> Result<Option<Duration>, DeadlinePassed> {
         let Some(deadline) = self.deadline else { return Ok(wanted) };
         let left = deadline.saturating_duration_since(Instant::now());
         if left < Duration::from_millis(1) {
-            return Err("the run's timeout has passed; nothing more can be started in it".into());
+            return Err(DeadlinePassed);
         }
         Ok(Some(wanted.map_or(left, |w| w.min(left))))
     }
@@ -93,13 +112,13 @@ impl BackendRunner {
 }
 
 impl SandboxRunner for BackendRunner {
-    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, String> {
+    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunnerError> {
         let timeout = self.within_deadline(Some(Duration::from_secs(timeout_secs)))?.unwrap_or(Duration::from_secs(timeout_secs));
         if let Some(running) = self.exec_in.get() {
             let mut plan = running.clone();
             plan.workdir = cmd.workdir.clone();
             plan.env.extend(cmd.env.iter().cloned());
-            return backend::docker::exec_captured(&plan, &cmd.args, timeout).map(to_output).map_err(|e| e.to_string());
+            return Ok(backend::docker::exec_captured(&plan, &cmd.args, timeout).map(to_output)?);
         }
         let ov = Overrides {
             command: Some(cmd.args.clone()),
@@ -119,7 +138,7 @@ impl SandboxRunner for BackendRunner {
             chain: Vec::new(),
             services: Services::None,
         };
-        Session::prepare(spec).and_then(Session::run_captured).map(to_output).map_err(|e| e.to_string())
+        Ok(Session::prepare(spec).and_then(Session::run_captured).map(to_output)?)
     }
 
     fn workdir(&self, sandbox: &Sandbox) -> String {
@@ -137,7 +156,7 @@ impl SandboxRunner for BackendRunner {
         attachments: &[Attachment],
         _depth: usize,
         chain: &[String],
-    ) -> Result<ShellOutput, String> {
+    ) -> Result<ShellOutput, RunnerError> {
         let spec = Spec {
             project: self.project.clone(),
             worker: Some(worker),
@@ -148,6 +167,6 @@ impl SandboxRunner for BackendRunner {
             chain: chain.to_vec(),
             services: Services::Child { input, attachments, instructions: &worker.instructions },
         };
-        Session::prepare(spec).and_then(Session::run_captured).map(to_output).map_err(|e| e.to_string())
+        Ok(Session::prepare(spec).and_then(Session::run_captured).map(to_output)?)
     }
 }

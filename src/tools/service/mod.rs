@@ -11,6 +11,7 @@ use super::approval::{Action, ApprovalRequest, Approver, Decision};
 use super::audit::AuditLog;
 use super::git_guard;
 use super::launchers::analyse;
+use super::runner::RunnerError;
 use super::shell::{ShellDecision, ShellPolicy};
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
@@ -76,7 +77,7 @@ pub struct ShellOutput {
 /// chosen — none). Injected so the service does not depend on one backend.
 pub trait SandboxRunner: Send + Sync {
     /// Runs `cmd` with `sandbox`'s filesystem and network, within `timeout_secs`.
-    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, String>;
+    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunnerError>;
     /// The working directory a shell command would get by default: the shell rules judge
     /// relative paths from it, and [`SandboxRunner::run`] is then given it explicitly.
     fn workdir(&self, sandbox: &Sandbox) -> String;
@@ -90,7 +91,7 @@ pub trait SandboxRunner: Send + Sync {
         attachments: &[Attachment],
         depth: usize,
         chain: &[String],
-    ) -> Result<ShellOutput, String>;
+    ) -> Result<ShellOutput, RunnerError>;
 }
 
 /// A shell command as the tool service runs it.
