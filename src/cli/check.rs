@@ -56,7 +56,7 @@ pub fn verdict(sandbox: &Sandbox, path: &str, write: bool) -> Result<(), Sandbox
 pub fn run(cli: &Cli, args: &CheckArgs) -> Result<i32, CliError> {
     let project = load_project(cli.config.as_deref())?;
     let sandbox = match &args.worker {
-        Some(w) => project.worker(w).map_err(CliError::Usage)?.sandbox.clone(),
+        Some(w) => project.worker(w)?.sandbox.clone(),
         None => project.sandbox.clone(),
     };
     let stdout = std::io::stdout();

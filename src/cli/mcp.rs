@@ -24,7 +24,7 @@ pub struct McpArgs {
 
 pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     let project = Arc::new(load_project(cli.config.as_deref())?);
-    let worker = args.worker.as_deref().map(|w| project.worker(w).cloned()).transpose().map_err(CliError::Usage)?;
+    let worker = args.worker.as_deref().map(|w| project.worker(w).cloned()).transpose()?;
     let sandbox = worker.as_ref().map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let mode = args.approvals.mode();
     let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode);

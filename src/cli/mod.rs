@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, Project};
+use crate::config::{ConfigError, Project, UnknownWorker};
 
 /// Exit status of a usage or configuration error.
 pub const EXIT_USAGE: i32 = 2;
@@ -27,6 +27,10 @@ pub enum CliError {
     Usage(String),
     #[error("{0}")]
     Config(#[from] ConfigError),
+    #[error(transparent)]
+    Worker(#[from] UnknownWorker),
+    #[error(transparent)]
+    Zone(#[from] run::ZoneSpecError),
     #[error("{0}")]
     Failed(String),
 }
@@ -34,7 +38,7 @@ pub enum CliError {
 impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            CliError::Usage(_) | CliError::Config(_) => EXIT_USAGE,
+            CliError::Usage(_) | CliError::Config(_) | CliError::Worker(_) | CliError::Zone(_) => EXIT_USAGE,
             CliError::Failed(_) => EXIT_INTERNAL,
         }
     }

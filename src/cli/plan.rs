@@ -25,7 +25,7 @@ pub struct PlanArgs {
 
 pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     let project = load_project(cli.config.as_deref())?;
-    let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose().map_err(CliError::Usage)?;
+    let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
     let sandbox = worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;

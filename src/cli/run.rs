@@ -1,6 +1,6 @@
 //! `workcell run`: run a worker (or an ad-hoc command) inside its boundary.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::backend::Selected;
-use crate::config::{find_config, parse_cpus, parse_memory, parse_pids, parse_timeout, BackendChoice, Limits, Project};
+use crate::config::{describe_char, find_config, parse_cpus, parse_memory, parse_pids, parse_timeout, BackendChoice, Limits, MountError, Project};
 use crate::plan::Overrides;
 use crate::run::{RunError, Services, Session, Spec};
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
@@ -69,28 +69,48 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+/// Why a `--zone NAME=HOSTPATH[:ro|rw]` cannot be used; `spec` is the flag's value.
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneSpecError {
+    #[error("invalid --zone '{spec}': use NAME=HOSTPATH[:ro|rw]")]
+    Syntax { spec: String },
+    #[error("invalid --zone '{spec}': {source}")]
+    MountPoint { spec: String, source: MountError },
+    #[error("invalid --zone '{spec}': the zone name must be one path component")]
+    NotOneComponent { spec: String },
+    #[error("invalid --zone '{}': the host path contains the control character {}", .spec.escape_debug(), describe_char(*.found))]
+    Control { spec: String, found: char },
+    #[error("invalid --zone '{spec}': host directory '{}' cannot be used: {source}", .host.display())]
+    Host { spec: String, host: PathBuf, source: std::io::Error },
+    /// A relative host path that a symlink leads out of the current directory.
+    #[error("invalid --zone '{spec}': {reason}")]
+    Escapes { spec: String, reason: String },
+    #[error("invalid --zone '{spec}': '{}' is not a directory", .host.display())]
+    NotADirectory { spec: String, host: PathBuf },
+}
+
 /// Parses `NAME=HOSTPATH[:ro|rw]` into a mount at `/NAME`.
-pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, String> {
-    let (name, rest) = spec.split_once('=').ok_or_else(|| format!("invalid --zone '{spec}': use NAME=HOSTPATH[:ro|rw]"))?;
+pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, ZoneSpecError> {
+    let (name, rest) = spec.split_once('=').ok_or_else(|| ZoneSpecError::Syntax { spec: spec.into() })?;
     let (host, mode) = match rest.rsplit_once(':') {
         Some((h, "ro")) => (h, ZoneMode::Ro),
         Some((h, "rw")) => (h, ZoneMode::Rw),
         _ => (rest, ZoneMode::Ro),
     };
     let point = format!("/{name}");
-    crate::config::check_mount_point(&point).map_err(|m| format!("invalid --zone '{spec}': {m}"))?;
+    crate::config::check_mount_point(&point).map_err(|source| ZoneSpecError::MountPoint { spec: spec.into(), source })?;
     if name.is_empty() || name.contains('/') {
-        return Err(format!("invalid --zone '{spec}': the zone name must be one path component"));
+        return Err(ZoneSpecError::NotOneComponent { spec: spec.into() });
     }
-    if let Some(c) = crate::config::forbidden_char(host) {
-        return Err(format!("invalid --zone '{}': the host path contains the control character {}", spec.escape_debug(), crate::config::describe_char(c)));
+    if let Some(found) = crate::config::forbidden_char(host) {
+        return Err(ZoneSpecError::Control { spec: spec.into(), found });
     }
-    let host_path = std::fs::canonicalize(cwd.join(host)).map_err(|e| format!("invalid --zone '{spec}': host directory '{host}' cannot be used: {e}"))?;
+    let host_path = std::fs::canonicalize(cwd.join(host)).map_err(|source| ZoneSpecError::Host { spec: spec.into(), host: host.into(), source })?;
     if let Some(m) = crate::sandbox::hostdir::leaves_through_symlink(cwd, host, &host_path) {
-        return Err(format!("invalid --zone '{spec}': {}", m.replace("the project", "the current directory")));
+        return Err(ZoneSpecError::Escapes { spec: spec.into(), reason: m.replace("the project", "the current directory") });
     }
     if !host_path.is_dir() {
-        return Err(format!("invalid --zone '{spec}': '{host}' is not a directory"));
+        return Err(ZoneSpecError::NotADirectory { spec: spec.into(), host: host.into() });
     }
     let write = if mode == ZoneMode::Rw { Approval::PreApproved } else { Approval::Ask };
     Ok(Mount {
@@ -117,12 +137,12 @@ fn project_for(cli: &Cli, args: &RunArgs, cwd: &Path) -> Result<Project, CliErro
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
     let project = project_for(cli, args, &cwd)?;
-    let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose().map_err(CliError::Usage)?;
+    let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
 
     let sandbox = if args.zones.is_empty() {
         worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone())
     } else {
-        let mounts = args.zones.iter().map(|z| parse_zone(z, &cwd)).collect::<Result<Vec<_>, _>>().map_err(CliError::Usage)?;
+        let mounts = args.zones.iter().map(|z| parse_zone(z, &cwd)).collect::<Result<Vec<_>, _>>()?;
         for (i, a) in mounts.iter().enumerate() {
             for b in &mounts[i + 1..] {
                 if a.mount_point == b.mount_point {

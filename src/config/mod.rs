@@ -17,11 +17,11 @@ use serde_saphyr::{Location, MessageFormatter, Spanned};
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Sandbox, ZoneMode};
 pub(crate) use limits::{limits_from, located};
 pub use limits::{parse_count, parse_cpus, parse_file_size, parse_memory, parse_pids, parse_timeout, LimitError, Limits};
-pub use mounts::check_mount_point;
+pub use mounts::{check_mount_point, MountError};
 use mounts::{check_relative_dir, MountBuilder};
 pub use raw::BackendChoice;
 use raw::{RawApproval, RawNetwork, RawProject, RootField, SandboxMode};
-pub use text::{describe as describe_char, forbidden_char};
+pub use text::{describe as describe_char, forbidden_char, TextError};
 pub use worker::{AttachmentPolicy, Rule, SandboxDecl, ShellRule, Worker};
 
 /// The name of the project file.
@@ -59,20 +59,20 @@ pub(crate) struct Diag {
 }
 
 impl Diag {
-    pub fn at(&self, loc: Location, message: impl Into<String>) -> ConfigError {
+    pub fn at(&self, loc: Location, message: impl fmt::Display) -> ConfigError {
         let known = loc.line() > 0;
         ConfigError {
             file: self.file.clone(),
             line: if known { loc.line() + self.line_offset } else { 0 },
             column: if known { loc.column() } else { 0 },
-            message: message.into(),
+            message: message.to_string(),
         }
     }
-    pub fn spanned<T>(&self, s: &Spanned<T>, message: impl Into<String>) -> ConfigError {
+    pub fn spanned<T>(&self, s: &Spanned<T>, message: impl fmt::Display) -> ConfigError {
         self.at(s.referenced, message)
     }
-    pub fn whole(&self, message: impl Into<String>) -> ConfigError {
-        ConfigError { file: self.file.clone(), line: 0, column: 0, message: message.into() }
+    pub fn whole(&self, message: impl fmt::Display) -> ConfigError {
+        ConfigError { file: self.file.clone(), line: 0, column: 0, message: message.to_string() }
     }
     /// Parses YAML into `T`, mapping syntax and shape errors to located errors.
     pub fn parse<T: serde::de::DeserializeOwned>(&self, text: &str) -> Result<T, ConfigError> {
@@ -121,19 +121,42 @@ fn alias_hint(message: String) -> String {
     message
 }
 
+/// Why a worker's `user` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserError {
+    #[error("use a numeric UID or UID:GID, like 1000 or 1000:1000")]
+    NotNumeric(#[source] std::num::ParseIntError),
+    #[error("workers never run as root (uid or gid 0); name an unprivileged user, like 1000:1000")]
+    Root,
+}
+
 /// `UID` or `UID:GID` (numeric; the gid defaults to the uid). Root is refused: a worker never
 /// runs as host uid 0.
-pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, String> {
+pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, UserError> {
     let (uid, gid) = match text.split_once(':') {
         Some((u, g)) => (u, g),
         None => (text, text),
     };
-    let num = |s: &str| s.trim().parse::<u32>().map_err(|_| "use a numeric UID or UID:GID, like 1000 or 1000:1000".to_string());
+    let num = |s: &str| s.trim().parse::<u32>().map_err(UserError::NotNumeric);
     let (uid, gid) = (num(uid)?, num(gid)?);
     if uid == 0 || gid == 0 {
-        return Err("workers never run as root (uid or gid 0); name an unprivileged user, like 1000:1000".into());
+        return Err(UserError::Root);
     }
     Ok(crate::plan::UserSpec { uid, gid })
+}
+
+/// No worker of the project has the name asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no worker named '{name}' (looked for {}); known workers: {}",
+    looked_for.display(),
+    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+)]
+pub struct UnknownWorker {
+    pub name: String,
+    /// The worker file that would define it.
+    pub looked_for: PathBuf,
+    pub known: Vec<String>,
 }
 
 /// Which image a worker runs in.
@@ -231,7 +254,7 @@ impl Project {
         let folder = match rs.root.as_ref().map(|r| &r.value) {
             Some(RootField::Folder(f)) => {
                 let s = rs.root.as_ref().map(|r| r.referenced).unwrap_or(Location::UNKNOWN);
-                check_relative_dir(f).map_err(|m| diag.at(s, m))?;
+                check_relative_dir("sandbox folder", f).map_err(|m| diag.at(s, m))?;
                 f.clone()
             }
             _ => ".sandbox".to_string(),
@@ -375,15 +398,12 @@ impl Project {
         Ok(project)
     }
 
-    /// The worker called `name`, or a message listing the ones that exist.
-    pub fn worker(&self, name: &str) -> Result<&Worker, String> {
-        self.workers.get(name).ok_or_else(|| {
-            let known: Vec<&str> = self.workers.keys().map(String::as_str).collect();
-            format!(
-                "no worker named '{name}' (looked for {}); known workers: {}",
-                self.dir.join("workers").join(format!("{name}.worker")).display(),
-                if known.is_empty() { "none".to_string() } else { known.join(", ") }
-            )
+    /// The worker called `name`, or an error listing the ones that exist.
+    pub fn worker(&self, name: &str) -> Result<&Worker, UnknownWorker> {
+        self.workers.get(name).ok_or_else(|| UnknownWorker {
+            name: name.into(),
+            looked_for: self.dir.join("workers").join(format!("{name}.worker")),
+            known: self.workers.keys().cloned().collect(),
         })
     }
 }

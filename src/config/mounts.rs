@@ -13,50 +13,71 @@ use std::os::fd::AsFd;
 
 use rustix::fs::{Mode, OFlags};
 
-use super::text::check_printable;
+use super::text::{check_printable, TextError};
 use super::{ConfigError, Diag, RESERVED_MOUNT_POINTS};
 use crate::sandbox::{hostdir, normalise_suffix, Approvals, Delivery, Mount, ZoneMode};
 
-pub(super) fn check_relative_dir(s: &str) -> Result<(), String> {
-    check_printable("the sandbox folder", s)?;
+/// A sandbox folder, zone name or mount point the configuration (or `--zone`) gives that
+/// cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MountError {
+    #[error(transparent)]
+    Text(#[from] TextError),
+    /// `what` is "sandbox folder" or "zone path in sandboxed mode".
+    #[error("the {what} '{path}' must be a relative path inside the project, without '..'")]
+    NotRelative { what: &'static str, path: String },
+    #[error("mount point '{point}' contains '{found}', which separates the entries of WORKCELL_ZONES (/in:ro,/out:rw); use another name")]
+    Separator { point: String, found: char },
+    #[error("mount point '{0}' must be absolute, like '/data'")]
+    NotAbsolute(String),
+    #[error("mount point '{0}' may not contain '.' or '..' components")]
+    DotComponent(String),
+    #[error("mount point '{0}' must be normalised (no trailing or doubled '/')")]
+    NotNormalised(String),
+    #[error("mount point '{point}' is inside the system directory '{system}', which every backend provides read-only; reserved: {}", RESERVED_MOUNT_POINTS.join(", "))]
+    Reserved { point: String, system: &'static str },
+    #[error("invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit", .0.escape_debug())]
+    ZoneName(String),
+}
+
+/// Checks a folder inside the project: `what` names it in the message ("sandbox folder").
+pub(super) fn check_relative_dir(what: &'static str, s: &str) -> Result<(), MountError> {
+    check_printable(&format!("the {what}"), s)?;
     if Path::new(s).is_absolute() || Path::new(s).components().any(|c| c == Component::ParentDir) {
-        return Err(format!("the sandbox folder '{s}' must be a relative path inside the project, without '..'"));
+        return Err(MountError::NotRelative { what, path: s.into() });
     }
     Ok(())
 }
 
 /// Checks a mount point: absolute, normalised, no `..`, NUL or reserved system directory.
-pub fn check_mount_point(p: &str) -> Result<(), String> {
+pub fn check_mount_point(p: &str) -> Result<(), MountError> {
     check_printable(&format!("mount point '{}'", p.escape_debug()), p)?;
-    if let Some(c) = p.chars().find(|c| matches!(c, ',' | ':')) {
+    if let Some(found) = p.chars().find(|c| matches!(c, ',' | ':')) {
         // Workers read their zones from `WORKCELL_ZONES=/in:ro,/out:rw`.
-        return Err(format!("mount point '{p}' contains '{c}', which separates the entries of WORKCELL_ZONES (/in:ro,/out:rw); use another name"));
+        return Err(MountError::Separator { point: p.into(), found });
     }
     if !p.starts_with('/') {
-        return Err(format!("mount point '{p}' must be absolute, like '/data'"));
+        return Err(MountError::NotAbsolute(p.into()));
     }
     if p.split('/').any(|c| c == ".." || c == ".") {
-        return Err(format!("mount point '{p}' may not contain '.' or '..' components"));
+        return Err(MountError::DotComponent(p.into()));
     }
     if p != "/" && (p.ends_with('/') || p.contains("//")) {
-        return Err(format!("mount point '{p}' must be normalised (no trailing or doubled '/')"));
+        return Err(MountError::NotNormalised(p.into()));
     }
     if let Some(r) = RESERVED_MOUNT_POINTS.iter().find(|r| p == **r || p.starts_with(&format!("{r}/"))) {
-        return Err(format!(
-            "mount point '{p}' is inside the system directory '{r}', which every backend provides read-only; reserved: {}",
-            RESERVED_MOUNT_POINTS.join(", ")
-        ));
+        return Err(MountError::Reserved { point: p.into(), system: r });
     }
     Ok(())
 }
 
-fn check_zone_name(name: &str) -> Result<(), String> {
+fn check_zone_name(name: &str) -> Result<(), MountError> {
     check_printable(&format!("zone name '{}'", name.escape_debug()), name)?;
     let ok = !name.is_empty()
         && name.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
         && name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
     if !ok {
-        return Err(format!("invalid zone name '{}': use letters, digits, '_', '.' or '-', starting with a letter or digit", name.escape_debug()));
+        return Err(MountError::ZoneName(name.into()));
     }
     check_mount_point(&format!("/{name}"))
 }
@@ -97,7 +118,7 @@ impl MountBuilder<'_> {
         check_printable("the host path", &host).map_err(|m| diag.at(host_loc, m))?;
         let host_path = if self.sandboxed {
             let rel = host.trim_start_matches("./");
-            check_relative_dir(rel).map_err(|m| diag.at(host_loc, m.replace("sandbox folder", "zone path in sandboxed mode")))?;
+            check_relative_dir("zone path in sandboxed mode", rel).map_err(|m| diag.at(host_loc, m))?;
             let p = self.dir.join(self.folder).join(rel);
             // Beneath the project's handle: a symlink planted in the project (say `.sandbox`
             // -> /etc, by a worker whose zone the project is) cannot make this create

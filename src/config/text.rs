@@ -34,24 +34,34 @@ pub fn describe(c: char) -> String {
     format!("U+{:04X} ({name})", c as u32)
 }
 
+/// A value of the configuration holds a character it may not; `what` names the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TextError {
+    #[error(
+        "{what} contains the control character {}; control characters are not allowed here (they could disguise what a prompt or a plan shows)",
+        describe(*.found)
+    )]
+    Control { what: String, found: char },
+    /// In prose (a description), where newlines and tabs are fine.
+    #[error("{what} contains the control character {}; only newlines and tabs are allowed in it", describe(*.found))]
+    ProseControl { what: String, found: char },
+}
+
 /// Refuses `s` when it holds a control character: "`what` contains the control character
 /// U+001B (escape); ...".
-pub fn check_printable(what: &str, s: &str) -> Result<(), String> {
+pub fn check_printable(what: &str, s: &str) -> Result<(), TextError> {
     match forbidden_char(s) {
         None => Ok(()),
-        Some(c) => Err(format!(
-            "{what} contains the control character {}; control characters are not allowed here (they could disguise what a prompt or a plan shows)",
-            describe(c)
-        )),
+        Some(found) => Err(TextError::Control { what: what.into(), found }),
     }
 }
 
 /// Like [`check_printable`] for multi-line prose (`description`): newlines and tabs are
 /// fine there, other controls are not.
-pub fn check_prose(what: &str, s: &str) -> Result<(), String> {
+pub fn check_prose(what: &str, s: &str) -> Result<(), TextError> {
     match s.chars().find(|&c| c != '\n' && c != '\t' && (c.is_control() || is_bidi_control(c))) {
         None => Ok(()),
-        Some(c) => Err(format!("{what} contains the control character {}; only newlines and tabs are allowed in it", describe(c))),
+        Some(found) => Err(TextError::ProseControl { what: what.into(), found }),
     }
 }
 
@@ -65,7 +75,9 @@ mod tests {
         assert_eq!(describe('\n'), "U+000A (newline)");
         assert_eq!(describe('\u{202e}'), "U+202E (a bidirectional text control)");
         assert!(check_printable("x", "/data/a b-é").is_ok());
-        assert!(check_printable("x", "a\u{1b}[2Jb").unwrap_err().contains("U+001B (escape)"));
+        let err = check_printable("x", "a\u{1b}[2Jb").unwrap_err();
+        assert_eq!(err, TextError::Control { what: "x".into(), found: '\u{1b}' });
+        assert!(err.to_string().contains("U+001B (escape)"), "{err}");
         assert!(check_prose("d", "line\n\tmore").is_ok());
         assert!(check_prose("d", "a\rb").is_err());
     }

@@ -16,6 +16,7 @@ use serde::Serialize;
 pub mod accounts;
 mod control;
 mod workdir;
+pub use workdir::WorkdirError;
 
 use crate::config::{ImageRef, Limits, Project, Worker};
 use crate::sandbox::{Addressing, Sandbox};
@@ -161,7 +162,11 @@ pub enum PlanError {
     #[error("zone '{0}' uses delivery: copy, which no backend implements yet; use delivery: bind")]
     CopyDelivery(String),
     #[error("the working directory '{}' cannot be used: {reason}", crate::term::escape(workdir))]
-    BadWorkdir { workdir: String, reason: String },
+    BadWorkdir {
+        workdir: String,
+        #[source]
+        reason: WorkdirError,
+    },
     #[error("nothing to run: the command's program name is empty")]
     EmptyProgram,
     #[error("the sandbox path '{0}' contains ',', ':' or a control character, which would make WORKCELL_ZONES (/in:ro,/out:rw) ambiguous; rename the directory or name another one")]

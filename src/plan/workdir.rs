@@ -8,13 +8,28 @@ use cap_std::fs::Dir;
 
 use super::{PlanMount, SystemEntry};
 
-/// Why a working directory cannot be used, in words for the person who chose it.
-pub(super) fn check(workdir: &str, mounts: &[PlanMount], system: Option<&[SystemEntry]>) -> Result<(), String> {
+/// Why a working directory cannot be used, in words for the person who chose it (shown
+/// after "the working directory '...' cannot be used: ").
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkdirError {
+    #[error("it must be an absolute path inside the worker")]
+    NotAbsolute,
+    #[error("it must not contain '..'")]
+    ParentDir,
+    /// Inside the zone mounted at `target`, which has no directory `rel`.
+    #[error("{target} has no directory {rel}")]
+    NotInZone { target: String, rel: String },
+    #[error("it is in no zone and is not a system directory; use a zone's mount point, a directory in a zone, or /tmp")]
+    Outside,
+}
+
+/// Whether `workdir` exists inside the worker.
+pub(super) fn check(workdir: &str, mounts: &[PlanMount], system: Option<&[SystemEntry]>) -> Result<(), WorkdirError> {
     if !workdir.starts_with('/') {
-        return Err("it must be an absolute path inside the worker".into());
+        return Err(WorkdirError::NotAbsolute);
     }
     if workdir.split('/').any(|c| c == "..") {
-        return Err("it must not contain '..'".into());
+        return Err(WorkdirError::ParentDir);
     }
     let parts: Vec<&str> = workdir.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     // The deepest mount containing it decides (the worker sees that mount there).
@@ -35,7 +50,7 @@ pub(super) fn check(workdir: &str, mounts: &[PlanMount], system: Option<&[System
         };
         return match found {
             Some(true) => Ok(()),
-            _ => Err(format!("{} has no directory {rel}", m.target)),
+            _ => Err(WorkdirError::NotInZone { target: m.target.clone(), rel }),
         };
     }
     if parts.is_empty() || parts == ["tmp"] {
@@ -51,5 +66,5 @@ pub(super) fn check(workdir: &str, mounts: &[PlanMount], system: Option<&[System
     if bound && Path::new(workdir).is_dir() {
         return Ok(());
     }
-    Err("it is in no zone and is not a system directory; use a zone's mount point, a directory in a zone, or /tmp".into())
+    Err(WorkdirError::Outside)
 }

@@ -352,7 +352,7 @@ impl ToolService {
             let list = self.caller.worker.as_ref().map(|w| w.workers.join(", ")).unwrap_or_default();
             return Err(ToolError::Refused(format!("this worker may not call '{name}'; it may call: {}", if list.is_empty() { "no workers" } else { &list })));
         }
-        let child = self.project.worker(name).map_err(ToolError::Refused)?.clone();
+        let child = self.project.worker(name).map_err(|e| ToolError::Refused(e.to_string()))?.clone();
         let mut chain = self.caller.chain.clone();
         if chain.iter().any(|c| c == name) {
             chain.push(name.to_string());
