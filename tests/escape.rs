@@ -228,11 +228,15 @@ mod body {
     }
 
     impl workcell::tools::approval::Prompter for Swapper {
-        fn ask(&mut self, req: &workcell::tools::approval::ApprovalRequest) -> Result<workcell::tools::approval::Choice, String> {
-            self.shown.lock().map_err(|e| e.to_string())?.push(req.subject.clone());
+        fn ask(
+            &mut self,
+            req: &workcell::tools::approval::ApprovalRequest,
+        ) -> Result<workcell::tools::approval::Choice, workcell::tools::approval::PromptError> {
+            use workcell::tools::approval::PromptError;
+            self.shown.lock().map_err(|e| PromptError::NoAnswer(e.to_string()))?.push(req.subject.clone());
             let moved = self.sub.with_extension("checked");
-            std::fs::rename(&self.sub, &moved).map_err(|e| e.to_string())?;
-            std::os::unix::fs::symlink(&self.outside, &self.sub).map_err(|e| e.to_string())?;
+            std::fs::rename(&self.sub, &moved).map_err(|e| PromptError::NoAnswer(e.to_string()))?;
+            std::os::unix::fs::symlink(&self.outside, &self.sub).map_err(|e| PromptError::NoAnswer(e.to_string()))?;
             Ok(workcell::tools::approval::Choice::Once)
         }
     }

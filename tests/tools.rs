@@ -1,7 +1,7 @@
 //! Shell-rule matching and precedence, approval memory and the audit log.
 
 use workcell::config::{Project, Rule, ShellRule};
-use workcell::tools::approval::{Action, ApprovalMode, ApprovalRequest, Approver, Choice, Decision, Prompter};
+use workcell::tools::approval::{Action, ApprovalMode, ApprovalRequest, Approver, Choice, Decision, PromptError, Prompter};
 use workcell::tools::audit::{read_all, AuditLog};
 use workcell::tools::shell::{matches, ShellDecision, ShellPolicy};
 
@@ -110,9 +110,9 @@ fn sandbox_paths_confine_path_arguments() {
 
 struct Scripted(Vec<Choice>, usize);
 impl Prompter for Scripted {
-    fn ask(&mut self, _req: &ApprovalRequest) -> Result<Choice, String> {
+    fn ask(&mut self, _req: &ApprovalRequest) -> Result<Choice, PromptError> {
         self.1 += 1;
-        self.0.pop().ok_or_else(|| "no more answers".to_string())
+        self.0.pop().ok_or_else(|| PromptError::NoAnswer("no more answers".into()))
     }
 }
 

@@ -38,5 +38,5 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     if let Some(summary) = service.expansion_summary() {
         eprintln!("{summary}");
     }
-    result.map(|_| 0).map_err(CliError::Failed)
+    result.map(|_| 0).map_err(|e| CliError::Failed(e.to_string()))
 }

@@ -95,10 +95,23 @@ impl Decision {
     }
 }
 
+/// Why nobody could be asked (the request is then denied).
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("no terminal to ask on ({0})")]
+    NoTerminal(#[source] std::io::Error),
+    /// The terminal was there but could not be written to or read from.
+    #[error("the terminal failed: {0}")]
+    Terminal(#[source] std::io::Error),
+    /// A prompter of another kind (a script, a test) had no answer.
+    #[error("{0}")]
+    NoAnswer(String),
+}
+
 /// Something that can ask a person.
 pub trait Prompter: Send {
     /// Asks about `req`; `Err` when nobody can be asked.
-    fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, String>;
+    fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, PromptError>;
 }
 
 /// The question put to a person about `req`. The subject and scope come from the worker, so
@@ -113,15 +126,15 @@ pub fn prompt_text(req: &ApprovalRequest) -> String {
 pub struct TerminalPrompter;
 
 impl Prompter for TerminalPrompter {
-    fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, String> {
-        let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(|e| format!("no terminal to ask on ({e})"))?;
-        let mut out = tty.try_clone().map_err(|e| e.to_string())?;
+    fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, PromptError> {
+        let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(PromptError::NoTerminal)?;
+        let mut out = tty.try_clone().map_err(PromptError::Terminal)?;
         let mut input = BufReader::new(tty);
         loop {
             // Start on a fresh line so a half-written line of worker output stays readable.
-            write!(out, "\r\n{}", prompt_text(req)).and_then(|_| out.flush()).map_err(|e| e.to_string())?;
+            write!(out, "\r\n{}", prompt_text(req)).and_then(|_| out.flush()).map_err(PromptError::Terminal)?;
             let mut line = String::new();
-            if input.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+            if input.read_line(&mut line).map_err(PromptError::Terminal)? == 0 {
                 return Ok(Choice::Deny);
             }
             match line.trim().to_ascii_lowercase().as_str() {

@@ -31,8 +31,16 @@ pub fn audit_path(project_dir: &Path) -> PathBuf {
 pub struct AuditLog {
     path: PathBuf,
     /// The project directory, opened when the log was made (or why it could not be).
-    project: Arc<Result<OwnedFd, String>>,
+    project: Arc<Result<OwnedFd, ProjectDirError>>,
     run_id: String,
+}
+
+/// The project directory could not be opened for the audit log.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("cannot open the project directory {}: {source}", dir.display())]
+pub struct ProjectDirError {
+    pub dir: PathBuf,
+    pub source: rustix::io::Errno,
 }
 
 /// One event, as written.
@@ -50,7 +58,7 @@ impl AuditLog {
     /// The log of the project in `project_dir`. The directory is opened now; if that fails,
     /// every [`record`](Self::record) reports why.
     pub fn new(project_dir: &Path, run_id: impl Into<String>) -> AuditLog {
-        let project = open_project_dir(project_dir).map_err(|e| format!("cannot open the project directory {}: {e}", project_dir.display()));
+        let project = open_project_dir(project_dir).map_err(|source| ProjectDirError { dir: project_dir.to_path_buf(), source });
         AuditLog { path: audit_path(project_dir), project: Arc::new(project), run_id: run_id.into() }
     }
 
@@ -64,7 +72,8 @@ impl AuditLog {
         let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as f64 / 1000.0).unwrap_or(0.0);
         let mut line = serde_json::to_vec(&Line { ts, run_id: &self.run_id, event, data }).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let project = self.project.as_ref().as_ref().map_err(|e| std::io::Error::other(e.clone()))?;
+        // Its kind (not found, permission) stays that of the failed open.
+        let project = self.project.as_ref().as_ref().map_err(|e| std::io::Error::new(std::io::Error::from(e.source).kind(), e.clone()))?;
         let mut f = open_log(project, &self.path, true)?;
         f.write_all(&line)
     }

@@ -51,15 +51,25 @@ pub fn tools() -> Vec<Tool> {
     ]
 }
 
+/// Why the MCP server could not start, or stopped other than by the client leaving.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// Boxed: the SDK's error holds a whole JSON-RPC message.
+    #[error("MCP initialisation failed: {0}")]
+    Init(#[from] Box<rmcp::service::ServerInitializeError>),
+    #[error("MCP server stopped: {0}")]
+    Stopped(#[from] tokio::task::JoinError),
+}
+
 impl McpServer {
     pub fn new(service: Arc<ToolService>) -> McpServer {
         McpServer { service }
     }
 
     /// Serves on stdin/stdout until the client disconnects.
-    pub async fn serve_stdio(self) -> Result<(), String> {
-        let running = self.serve(rmcp::transport::stdio()).await.map_err(|e| format!("MCP initialisation failed: {e}"))?;
-        running.waiting().await.map_err(|e| format!("MCP server stopped: {e}"))?;
+    pub async fn serve_stdio(self) -> Result<(), McpError> {
+        let running = self.serve(rmcp::transport::stdio()).await.map_err(Box::new)?;
+        running.waiting().await?;
         Ok(())
     }
 }
