@@ -45,6 +45,28 @@ pub fn analyse(argv: &[String]) -> Chain {
     chain
 }
 
+/// Why a launcher's words cannot be read, so which program it runs is unknown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Unreadable {
+    #[error("unknown option '{0}'")]
+    UnknownOption(String),
+    #[error("-S needs a string")]
+    SplitMissing,
+    /// An option cluster of env's holding `S` (`-iS…`).
+    #[error("'{0}' bundles -S")]
+    SplitBundled(String),
+    #[error("the -S string uses escapes or comments, so the program it runs cannot be told")]
+    SplitEscapes,
+    #[error("-S string cannot be split")]
+    SplitUnbalanced,
+    #[error("-c runs a shell string")]
+    FlockShell,
+    #[error("the -c string cannot be split")]
+    ShellUnbalanced,
+    #[error("the -c string uses shell expansions or builtins, so the program it runs cannot be told")]
+    ShellExpansions,
+}
+
 /// Options of one launcher: short letters taking a value, short flags, long options taking
 /// a value, long flags (long options with `=value` are accepted for both).
 struct Opts {
@@ -57,7 +79,7 @@ struct Opts {
 }
 
 /// Index of the first word after `words`' options, or why they cannot be read.
-fn skip_opts(words: &[String], o: &Opts) -> Result<usize, String> {
+fn skip_opts(words: &[String], o: &Opts) -> Result<usize, Unreadable> {
     let mut i = 0;
     while i < words.len() {
         let w = words[i].as_str();
@@ -74,7 +96,7 @@ fn skip_opts(words: &[String], o: &Opts) -> Result<usize, String> {
             } else if o.long_flag.contains(&name) {
                 i += 1;
             } else {
-                return Err(format!("unknown option '{w}'"));
+                return Err(Unreadable::UnknownOption(w.into()));
             }
             continue;
         }
@@ -94,7 +116,7 @@ fn skip_opts(words: &[String], o: &Opts) -> Result<usize, String> {
                     break;
                 }
                 if !o.short_flag.contains(c) {
-                    return Err(format!("unknown option '{w}'"));
+                    return Err(Unreadable::UnknownOption(w.into()));
                 }
             }
             i += step;
@@ -127,7 +149,7 @@ fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
     let name = program_name(word).to_string();
     let rest = &argv[1..];
     chain.stages.push(Stage { name: name.clone(), args: rest.to_vec() });
-    let next: Result<Option<Vec<String>>, String> = match name.as_str() {
+    let next: Result<Option<Vec<String>>, Unreadable> = match name.as_str() {
         "env" => env_program(rest),
         "busybox" => Ok(rest.first().filter(|w| !w.starts_with('-')).map(|_| rest.to_vec())),
         "nice" => after(rest, &Opts { short_val: "n", short_flag: "", long_val: &["adjustment"], long_flag: &[], numeric: true }, 0),
@@ -217,13 +239,13 @@ fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
 
 /// The words after `rest`'s options and `positional` fixed operands (timeout's duration,
 /// chrt's priority, taskset's mask): the program and its arguments, if any.
-fn after(rest: &[String], o: &Opts, positional: usize) -> Result<Option<Vec<String>>, String> {
+fn after(rest: &[String], o: &Opts, positional: usize) -> Result<Option<Vec<String>>, Unreadable> {
     let i = skip_opts(rest, o)? + positional;
     Ok((i < rest.len()).then(|| rest[i..].to_vec()))
 }
 
 /// `env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... [PROGRAM ARGS]`.
-fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
     let o = Opts {
         short_val: "uCS",
         short_flag: "i0v",
@@ -243,7 +265,7 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         }
         let split = if w == "-S" || w == "--split-string" {
             i += 1;
-            Some(rest.get(i).cloned().ok_or("-S needs a string")?)
+            Some(rest.get(i).cloned().ok_or(Unreadable::SplitMissing)?)
         } else {
             w.strip_prefix("--split-string=").or_else(|| w.strip_prefix("-S").filter(|s| !s.is_empty())).map(str::to_string)
         };
@@ -272,13 +294,13 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
 /// Whether env's option word `w` (not `-S…`) takes the next word as its value: `-u`, `-C`,
 /// `--unset`, `--chdir`, or a cluster ending in one of them (`-iu NAME`, where `-iuNAME`
 /// holds it). A cluster holding `S` hides a split string, which is not read.
-fn env_value_in_next_word(w: &str) -> Result<bool, String> {
+fn env_value_in_next_word(w: &str) -> Result<bool, Unreadable> {
     if w.starts_with("--") {
         return Ok(w == "--unset" || w == "--chdir");
     }
     for (at, c) in w.char_indices().skip(1) {
         match c {
-            'S' => return Err(format!("'{w}' bundles -S")),
+            'S' => return Err(Unreadable::SplitBundled(w.into())),
             'u' | 'C' => return Ok(at + 1 == w.len()),
             _ => {}
         }
@@ -288,16 +310,16 @@ fn env_value_in_next_word(w: &str) -> Result<bool, String> {
 
 /// The words of env's `-S STRING`. env reads escapes in it that shlex does not (`\_` is a
 /// word separator, `\c` ends the string) and comments from `#`, so such strings are not read.
-fn env_split(s: &str) -> Result<Vec<String>, String> {
+fn env_split(s: &str) -> Result<Vec<String>, Unreadable> {
     if s.contains(['\\', '#']) {
-        return Err("the -S string uses escapes or comments, so the program it runs cannot be told".into());
+        return Err(Unreadable::SplitEscapes);
     }
-    shlex::split(s).ok_or_else(|| "-S string cannot be split".into())
+    shlex::split(s).ok_or(Unreadable::SplitUnbalanced)
 }
 
 /// `xargs [OPTIONS] [PROGRAM ARGS]`: the program (default `echo`) gets more arguments from
 /// standard input (empty in the shell tool) or from `-a FILE`.
-fn xargs_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+fn xargs_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
     let o = Opts {
         short_val: "adEILnPs",
         short_flag: "0eilprtx",
@@ -310,7 +332,7 @@ fn xargs_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
 }
 
 /// `flock [OPTIONS] FILE PROGRAM ARGS` or `flock [OPTIONS] FILE -c STRING`.
-fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
     let o = Opts {
         short_val: "wEc",
         short_flag: "sxunoFh",
@@ -319,7 +341,7 @@ fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         numeric: false,
     };
     if rest.iter().any(|w| w == "-c" || w.starts_with("--command")) {
-        return Err("-c runs a shell string".into());
+        return Err(Unreadable::FlockShell);
     }
     let i = skip_opts(rest, &o)? + 1;
     Ok((i < rest.len()).then(|| rest[i..].to_vec()))
@@ -327,7 +349,7 @@ fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
 
 /// `sh [OPTIONS] -c STRING [NAME ARGS]`: STRING split into words. Without `-c` the shell reads
 /// a script (not followed: see the README).
-fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
+fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
     let mut i = 0;
     let mut wants_string = false;
     while i < rest.len() {
@@ -359,9 +381,9 @@ fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, String> {
         i += 1;
     }
     let Some(s) = rest.get(i) else { return Ok(None) };
-    let words = shlex::split(s).ok_or("the -c string cannot be split")?;
+    let words = shlex::split(s).ok_or(Unreadable::ShellUnbalanced)?;
     if shell_string_is_opaque(s, &words) {
-        return Err("the -c string uses shell expansions or builtins, so the program it runs cannot be told".into());
+        return Err(Unreadable::ShellExpansions);
     }
     Ok((!words.is_empty()).then_some(words))
 }

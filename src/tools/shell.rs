@@ -53,27 +53,35 @@ const METACHARACTERS: &[(&str, &str)] = &[
     ("\n", "newline"),
 ];
 
+/// A command line holds characters it may not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandTextError {
+    /// `0` names the metacharacter ("pipe '|'").
+    #[error(
+        "the command contains {0}; commands run without a shell, so pipes, redirections, substitutions, variables and command chains are not available. Run one command per call"
+    )]
+    Metacharacter(&'static str),
+    #[error(
+        "the command contains the control character U+{:04X}; commands may hold printable characters, spaces and tabs only (a terminal could otherwise show a different command than the one run)",
+        *.0 as u32
+    )]
+    Control(char),
+}
+
 /// Refuses shell metacharacters, naming the first one found.
-pub fn check_metacharacters(command: &str) -> Result<(), String> {
-    for (seq, what) in METACHARACTERS {
-        if command.contains(seq) {
-            return Err(format!(
-                "the command contains {what}; commands run without a shell, so pipes, redirections, substitutions, variables and command chains are not available. Run one command per call"
-            ));
-        }
+pub fn check_metacharacters(command: &str) -> Result<(), CommandTextError> {
+    match METACHARACTERS.iter().find(|(seq, _)| command.contains(seq)) {
+        Some((_, what)) => Err(CommandTextError::Metacharacter(what)),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Refuses ASCII control characters (and the C1 range), which a terminal showing the command
 /// to a person may interpret (`\r` rewrites the line, ESC starts an escape sequence), so the
 /// command approved would not be the command run. A tab counts as a space.
-pub fn check_control_characters(command: &str) -> Result<(), String> {
+pub fn check_control_characters(command: &str) -> Result<(), CommandTextError> {
     match command.chars().find(|&c| c != '\t' && c != '\n' && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c))) {
-        Some(c) => Err(format!(
-            "the command contains the control character U+{:04X}; commands may hold printable characters, spaces and tabs only (a terminal could otherwise show a different command than the one run)",
-            c as u32
-        )),
+        Some(c) => Err(CommandTextError::Control(c)),
         None => Ok(()),
     }
 }
@@ -111,8 +119,8 @@ impl ShellPolicy {
         if self.tool.allowed == Some(false) {
             return refuse("the shell tool is disabled for this worker (tool_rules.shell.allowed: false)".into());
         }
-        if let Err(reason) = check_control_characters(command).and_then(|_| check_metacharacters(command)) {
-            return refuse(reason);
+        if let Err(e) = check_control_characters(command).and_then(|_| check_metacharacters(command)) {
+            return refuse(e.to_string());
         }
         let args = match shlex::split(command) {
             Some(a) if !a.is_empty() => a,
@@ -143,8 +151,8 @@ impl ShellPolicy {
             }
             if !rule.sandbox_paths.is_empty() {
                 let n = shlex::split(&rule.pattern).map(|w| w.len()).unwrap_or(0);
-                if let Err(reason) = shell_paths::check(&args[n..], &rule.sandbox_paths, sandbox, workdir) {
-                    return refuse(reason);
+                if let Err(e) = shell_paths::check(&args[n..], &rule.sandbox_paths, sandbox, workdir) {
+                    return refuse(e.to_string());
                 }
             }
             return ShellDecision::Allowed { args, approval_required: rule.approval_required, rule: Some(rule.pattern.clone()) };
