@@ -206,26 +206,22 @@ mod macos {
     use crate::backend::{EXIT_NOT_FOUND, EXIT_TIMEOUT};
 
     pub fn probe() -> Result<(), BackendError> {
-        static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
-        PROBED
-            .get_or_init(|| {
-                let out = Command::new(SANDBOX_EXEC)
-                    .args(["-p", "(version 1)(allow default)", "/usr/bin/true"])
-                    .stdin(Stdio::null())
-                    .output()
-                    .map_err(|e| format!("cannot run {SANDBOX_EXEC}: {e}"))?;
-                if out.status.success() {
-                    Ok(())
-                } else {
-                    Err(format!("{SANDBOX_EXEC} failed: {}", String::from_utf8_lossy(&out.stderr).trim()))
-                }
-            })
-            .clone()
-            .map_err(|reason| BackendError::Unavailable {
+        // The reason sandbox-exec cannot be used, found once per process (`None`: it works).
+        static PROBED: OnceLock<Option<String>> = OnceLock::new();
+        let unusable =
+            PROBED.get_or_init(|| match Command::new(SANDBOX_EXEC).args(["-p", "(version 1)(allow default)", "/usr/bin/true"]).stdin(Stdio::null()).output() {
+                Err(e) => Some(format!("cannot run {SANDBOX_EXEC}: {e}")),
+                Ok(out) if out.status.success() => None,
+                Ok(out) => Some(format!("{SANDBOX_EXEC} failed: {}", String::from_utf8_lossy(&out.stderr).trim())),
+            });
+        match unusable {
+            None => Ok(()),
+            Some(reason) => Err(BackendError::Unavailable {
                 backend: "seatbelt",
-                reason,
+                reason: reason.clone(),
                 fix: "sandbox-exec ships with macOS; if it is refused (e.g. already inside a sandbox), use the docker backend.".into(),
-            })
+            }),
+        }
     }
 
     enum Event {
