@@ -17,8 +17,7 @@ use crate::config::{ConfigError, Project, UnknownWorker};
 
 /// Exit status of a usage or configuration error.
 pub const EXIT_USAGE: i32 = 2;
-/// Exit status of workcell's own failure during a run.
-pub const EXIT_INTERNAL: i32 = 125;
+pub use crate::backend::EXIT_INTERNAL;
 
 /// A failure that ends a command, with the exit status it maps to.
 #[derive(Debug, thiserror::Error)]

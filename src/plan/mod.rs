@@ -424,6 +424,9 @@ fn valid_env_name(k: &str) -> bool {
 /// Where the broker directory (socket, call input, attachments) appears in a worker.
 pub const BROKER_MOUNT_POINT: &str = "/run/workcell";
 
+/// The host name a worker sees, on every backend.
+pub const WORKER_HOSTNAME: &str = "workcell";
+
 impl LaunchPlan {
     /// Mounts the broker directory read-only at [`BROKER_MOUNT_POINT`] and tells the worker
     /// where the socket is and which token to send. (A Unix socket on a read-only mount can

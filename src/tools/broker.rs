@@ -22,8 +22,6 @@ use serde_json::{json, Value};
 
 use super::service::{ToolError, ToolService, TOOL_NAMES};
 
-/// Where the broker's directory appears inside a worker.
-pub const BROKER_DIR_IN_WORKER: &str = "/run/workcell";
 /// The socket's file name inside that directory.
 pub const SOCKET_NAME: &str = "broker.sock";
 /// Tool calls one broker reads and carries out at once; more wait their turn.
@@ -242,7 +240,7 @@ impl Broker {
         Ok(())
     }
 
-    /// The host directory holding the socket (bind it at [`BROKER_DIR_IN_WORKER`]).
+    /// The host directory holding the socket (bind it at [`crate::plan::BROKER_MOUNT_POINT`]).
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }

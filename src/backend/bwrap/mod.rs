@@ -45,9 +45,6 @@ pub const DEFAULT_BWRAP: &str = "/usr/bin/bwrap";
 /// `WORKCELL_BWRAP=/nonexistent` to simulate a machine without bubblewrap).
 pub const BWRAP_ENV: &str = "WORKCELL_BWRAP";
 
-/// Hostname inside every bwrap sandbox.
-pub const SANDBOX_HOSTNAME: &str = "workcell";
-
 /// Why a bwrap run could not go ahead. Each message names what was wrong and what to do;
 /// the underlying error, when there is one, is also the [`source`](std::error::Error::source).
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,6 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use super::SANDBOX_HOSTNAME;
 use crate::plan::{LaunchPlan, SystemEntry};
 
 /// Optional bwrap options, which older releases lack. Detected from `bwrap --help`.
@@ -85,7 +84,7 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
     if features.disable_userns {
         push(&["--disable-userns"]);
     }
-    push(&["--hostname", SANDBOX_HOSTNAME, "--die-with-parent"]);
+    push(&["--hostname", crate::plan::WORKER_HOSTNAME, "--die-with-parent"]);
     // A new session stops the worker from pushing input into workcell's terminal
     // (TIOCSTI); with a TTY the worker needs the terminal as its controlling one.
     if !plan.tty {

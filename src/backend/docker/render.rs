@@ -9,9 +9,6 @@ use serde::Serialize;
 
 use crate::plan::LaunchPlan;
 
-/// Hostname every worker sees: the container id (Docker's default) would only leak noise.
-pub const WORKER_HOSTNAME: &str = "workcell";
-
 /// The Docker settings of one run: the image reference and the create body sent to
 /// `POST /containers/create`. Printed by `workcell plan` under the `docker` key.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -99,7 +96,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         env: Some(env),
         user: Some(format!("{}:{}", plan.user.uid, plan.user.gid)),
         working_dir: Some(plan.workdir.clone()),
-        hostname: Some(WORKER_HOSTNAME.into()),
+        hostname: Some(crate::plan::WORKER_HOSTNAME.into()),
         labels: Some(plan.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
         tty: Some(plan.tty),
         attach_stdin: Some(plan.interactive),
