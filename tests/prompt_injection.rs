@@ -4,10 +4,9 @@
 use std::sync::Arc;
 
 use workcell::config::{BackendChoice, Project};
-use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::AuditLog;
+use workcell::tools::approval::ApprovalMode;
 use workcell::tools::runner::BackendRunner;
-use workcell::tools::service::{Caller, ToolService};
+use workcell::tools::service::Caller;
 
 #[test]
 fn the_expansion_summary_cannot_be_made_to_grant_more_than_was_granted() {
@@ -21,15 +20,9 @@ fn the_expansion_summary_cannot_be_made_to_grant_more_than_was_granted() {
     std::fs::create_dir(root.join("out/d")).expect("mkdir");
     let yaml = "sandbox:\n  dynamic: true\n  zones:\n    out: {path: ./out, mode: rw}\n";
     let project = Arc::new(Project::from_text(yaml, &root.join("workcell.yaml"), &root).expect("project"));
-    let runner = Arc::new(BackendRunner::new(project.clone(), BackendChoice::None, ApprovalMode::ApproveAll));
-    let service = ToolService::new(
-        project.clone(),
-        Caller::default(),
-        project.sandbox.clone(),
-        Approver::new(ApprovalMode::ApproveAll, None),
-        AuditLog::new(&root, "r"),
-        runner,
-    );
+    // The tool service as a run makes it (approvals per mode, the project's audit log).
+    let service =
+        BackendRunner::new(project.clone(), BackendChoice::None, ApprovalMode::ApproveAll).service_for(Caller::default(), project.sandbox.clone(), "r");
     service.request_access(&crafted.to_string_lossy(), "ro").expect("granted");
     let summary = service.expansion_summary().expect("summary");
     let lines: String = summary.lines().filter(|l| l.starts_with("    ")).map(|l| format!("{l}\n")).collect();

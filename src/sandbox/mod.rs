@@ -16,7 +16,7 @@ mod expand;
 pub mod hostdir;
 mod io;
 mod links;
-mod mounted;
+pub(crate) mod mounted;
 mod path;
 mod protect;
 mod window;

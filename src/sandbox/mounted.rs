@@ -64,7 +64,7 @@ fn parse_line(line: &str) -> Option<MountEntry> {
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\040`, `\011`, `\012`, `\134`.
-fn unescape(s: &str) -> PathBuf {
+pub(crate) fn unescape(s: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::{limit_file, Controller, Unsupported};
 use crate::config::Limits;
+use crate::sandbox::mounted::unescape;
 
 /// Where this process can create a child cgroup for a controller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,7 +161,12 @@ impl Mount {
             "cgroup" => false,
             _ => return None,
         };
-        Some(Mount { root: unescape(root), point: PathBuf::from(unescape(point)), v2, controllers: opts.split(',').map(str::to_string).collect() })
+        Some(Mount {
+            root: unescape(root).to_string_lossy().into_owned(),
+            point: unescape(point),
+            v2,
+            controllers: opts.split(',').map(str::to_string).collect(),
+        })
     }
 
     /// The directory of cgroup `path` (as `/proc/self/cgroup` names it) under this mount.
@@ -169,23 +175,6 @@ impl Mount {
         let rel = path.strip_prefix(root).filter(|r| r.is_empty() || r.starts_with('/')).unwrap_or(path);
         self.point.join(rel.trim_start_matches('/'))
     }
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The limits of `limits` that `support` cannot enforce, with the reason.
@@ -274,7 +263,7 @@ mod tests {
 
     #[test]
     fn octal_escapes_are_decoded() {
-        assert_eq!(unescape(r"/a\040b"), "/a b");
-        assert_eq!(unescape(r"/plain"), "/plain");
+        assert_eq!(unescape(r"/a\040b"), std::path::Path::new("/a b"));
+        assert_eq!(unescape(r"/plain"), std::path::Path::new("/plain"));
     }
 }
