@@ -43,6 +43,7 @@ pub mod bwrap;
 pub mod capture;
 pub mod cgroup;
 pub mod docker;
+pub mod egress;
 pub mod none;
 pub mod outcome;
 pub mod seatbelt;

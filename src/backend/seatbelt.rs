@@ -94,7 +94,7 @@ pub fn render_profile(plan: &LaunchPlan) -> SeatbeltProfile {
     }
 
     rules.push_str("\n; network\n");
-    if plan.network {
+    if plan.network.is_open() {
         rules.push_str("(allow network*)\n(allow mach-lookup (global-name \"com.apple.dnssd.service\"))\n");
     } else {
         rules.push_str("(deny network*)\n");

@@ -45,7 +45,7 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
         println!("image:    {}", image_text(&plan.image));
         println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
-        println!("network:  {}", if plan.network { "on" } else { "off (loopback only)" });
+        println!("network:  {}", if plan.network.is_open() { "on" } else { "off (loopback only)" });
         println!("workdir:  {}", escape(&plan.workdir));
         println!("user:     {}:{}", plan.user.uid, plan.user.gid);
         println!("mounts:");

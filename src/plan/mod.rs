@@ -112,6 +112,26 @@ pub struct UserSpec {
     pub gid: u32,
 }
 
+/// The network a worker gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Loopback only.
+    Off,
+    /// The host's network, unfiltered (`network: true`).
+    Open,
+    /// Only the egress proxy, which applies `network: {allow: [...]}` (see
+    /// [`crate::backend::egress`]).
+    Proxied,
+}
+
+impl Network {
+    /// Whether the worker gets the unfiltered network.
+    pub fn is_open(self) -> bool {
+        self == Network::Open
+    }
+}
+
 /// Everything a backend needs to start one run. Serialises to the `workcell plan --json`
 /// output.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -124,7 +144,7 @@ pub struct LaunchPlan {
     /// Zones, in mount order (outer directories before nested ones).
     pub mounts: Vec<PlanMount>,
     pub tmpfs: Vec<TmpfsMount>,
-    pub network: bool,
+    pub network: Network,
     pub env: BTreeMap<String, String>,
     pub user: UserSpec,
     pub workdir: String,
@@ -399,7 +419,7 @@ impl LaunchPlan {
             system,
             mounts,
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
-            network,
+            network: if network { Network::Open } else { Network::Off },
             env,
             user: worker_user(&project.dir, project.defaults.user),
             workdir,

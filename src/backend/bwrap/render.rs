@@ -72,7 +72,7 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
 
     // Namespaces: everything, then the network back only when allowed.
     push(&["--unshare-all"]);
-    if plan.network {
+    if plan.network.is_open() {
         push(&["--share-net"]);
     }
     // An explicit user namespace with the invoking ids: inside == outside, so files written
@@ -107,7 +107,7 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
             SystemEntry::Symlink { path, target } => push(&["--symlink", target, path]),
         }
     }
-    if plan.network {
+    if plan.network.is_open() {
         // Name resolution needs these once the network is on (Docker provides its own).
         for f in ["/etc/resolv.conf", "/etc/hosts"] {
             push(&["--ro-bind-try", f, f]);

@@ -74,7 +74,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         security_opt: Some(vec!["no-new-privileges".into()]),
         readonly_rootfs: Some(true),
         init: Some(*init == Init::Docker),
-        network_mode: Some(if plan.network { "bridge" } else { "none" }.into()),
+        network_mode: Some(if plan.network.is_open() { "bridge" } else { "none" }.into()),
         pids_limit: plan.limits.pids,
         memory,
         // Swap equal to memory means "no swap on top": the limit is the limit.
@@ -105,7 +105,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         open_stdin: Some(plan.interactive),
         // The container's stdin closes when workcell's does, as with `docker run -i`.
         stdin_once: Some(plan.interactive),
-        network_disabled: Some(!plan.network),
+        network_disabled: Some(!plan.network.is_open()),
         host_config: Some(host_config),
         ..Default::default()
     };
@@ -154,7 +154,7 @@ mod tests {
                 PlanMount { source: PathBuf::from("/home/u/p/out"), target: "/out".into(), read_only: false, held: None },
             ],
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
-            network,
+            network: if network { crate::plan::Network::Open } else { crate::plan::Network::Off },
             env,
             user: UserSpec { uid: 1000, gid: 1000 },
             workdir: "/out".into(),
