@@ -1,21 +1,40 @@
-//! The Seatbelt (macOS) renderer, checked on any host: profile snapshots for several plans,
-//! paths passed as parameters rather than profile text, and `workcell plan --backend
+//! The Seatbelt (macOS) renderer, checked on any host: profile, parameter and environment
+//! snapshots for several plans, paths passed as parameters rather than profile text, no
+//! broad rule in any rendering (read back as s-expressions), and `workcell plan --backend
 //! seatbelt`. Plans come from `support::render::Fixture` (host-dependent parts fixed).
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use support::render::{Fixture, CHILD_WORKER, ROOT_FORM, ZONES};
-use workcell::backend::seatbelt;
-use workcell::plan::{LaunchPlan, Overrides};
+use workcell::backend::seatbelt::{self, audit::Broad};
+use workcell::plan::{LaunchPlan, Network, Overrides};
 
+/// The whole project directory writable, with a worker built from `images/tool` (its build
+/// folder is a control entry too).
+const ROOT_RW: &str = "sandbox:\n  root: {root: ., readonly: false, approval: {write: preApproved, delete: preApproved}}\n";
+const TOOL_WORKER: &str = "---\ndescription: built from the project\nbuild: images/tool\ncommand: [true]\n---\nbuilt\n";
+
+/// The generated rules (the base profile is the same for every plan), the parameters, and
+/// the environment the worker starts with.
 fn profile_text(f: &Fixture, plan: &LaunchPlan) -> String {
     let p = seatbelt::render_profile(plan);
-    // The base profile is the same for every plan; snapshot only what is generated.
     let generated = p.profile.strip_prefix(seatbelt::BASE_PROFILE).expect("profile starts with the base profile");
     let params: Vec<String> = p.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    f.redact(&format!("{generated}\n; params\n{}\n", params.join("\n")))
+    let env = seatbelt::env::worker_env(plan).expect("environment");
+    // TERM is the host's own (a -t run passes it on).
+    let env: Vec<String> = env.iter().map(|(k, v)| if k == "TERM" { "TERM=[TERM]".to_string() } else { format!("{k}={v}") }).collect();
+    assert_no_broad_rules(&p.profile);
+    let text = format!("{generated}\n; params\n{}\n\n; environment\n{}\n", params.join("\n"), env.join("\n"));
+    // The project as Seatbelt names it (a temp dir under /tmp is /private/tmp on macOS).
+    let private = seatbelt::render::private_path(&f.root()).display().to_string();
+    f.redact(&text.replace(&private, &f.root().display().to_string()))
+}
+
+fn assert_no_broad_rules(profile: &str) {
+    let broad = seatbelt::audit::broad_rules(profile).expect("the profile reads as s-expressions");
+    assert!(broad.is_empty(), "broad rules in the rendered profile: {broad:?}");
 }
 
 #[test]
@@ -29,8 +48,9 @@ fn seatbelt_profile_zones_network_off() {
 fn seatbelt_profile_zones_network_on() {
     let f = Fixture::new(ZONES, &[]);
     let plan = f.plan(None, Overrides { network: Some(true), ..Overrides::default() });
+    assert_eq!(plan.network, Network::Open);
     let text = profile_text(&f, &plan);
-    assert!(text.contains("(allow network*)") && !text.contains("(deny network*)"));
+    assert!(!text.contains("(allow network*)") && !text.contains("(deny network*)"), "{text}");
     insta::assert_snapshot!(text);
 }
 
@@ -42,10 +62,60 @@ fn seatbelt_profile_root_form() {
 }
 
 #[test]
+fn seatbelt_profile_root_form_writable_keeps_control_files() {
+    let f = Fixture::new(ROOT_RW, &[("tool", TOOL_WORKER)]);
+    let plan = f.plan(None, Overrides::default());
+    let text = profile_text(&f, &plan);
+    // Every control entry is carved out of the zone's writes, and the folder above the build
+    // folder cannot be renamed away.
+    for entry in ["workcell.yaml", "workers", ".workcell", "images/tool"] {
+        assert!(text.contains(&format!("=[PROJECT]/{entry}\n")), "{entry} kept: {text}");
+    }
+    assert!(text.contains("(require-not (subpath (param \"ZONE_0_KEEP_0\")))"), "{text}");
+    assert!(text.contains("(deny file-write-unlink (literal (param \"ZONE_0_PIN_"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
 fn seatbelt_profile_derived_child() {
     let f = Fixture::new(ZONES, &[("child", CHILD_WORKER)]);
     let plan = f.plan(Some("child"), Overrides { command: None, ..Overrides::default() });
     insta::assert_snapshot!(profile_text(&f, &plan));
+}
+
+#[test]
+fn seatbelt_profile_tty_with_broker() {
+    let f = Fixture::new(ZONES, &[]);
+    let mut plan = f.plan(None, Overrides { tty: true, interactive: true, ..Overrides::default() });
+    // A broker directory under the user's $TMPDIR, as macOS names it (`/var` is a link).
+    plan.attach_broker(Path::new("/var/folders/ab/xyz/T/workcell-broker-RUNID"), "TOKEN");
+    let text = profile_text(&f, &plan);
+    assert!(text.contains("BROKER_SOCKET=/private/var/folders/ab/xyz/T/workcell-broker-RUNID/broker.sock"), "{text}");
+    assert!(text.contains("WORKCELL_BROKER=/private/var/folders/ab/xyz/T/workcell-broker-RUNID/broker.sock"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn seatbelt_environment_names_host_paths() {
+    let f = Fixture::new(ZONES, &[]);
+    let plan = f.plan(None, Overrides::default());
+    let env = seatbelt::env::worker_env(&plan).expect("environment");
+    let root = seatbelt::render::private_path(&f.root());
+    assert_eq!(env["WORKCELL_ZONES"], format!("{}:ro,{}:rw", root.join("in").display(), root.join("out").display()));
+    assert_eq!(env["HOME"], "/private/tmp/workcell-RUNID/home");
+    assert_eq!(env["TMPDIR"], "/private/tmp/workcell-RUNID/tmp");
+    // HOME and TMPDIR are inside the one writable place that is not a zone.
+    let p = seatbelt::render_profile(&plan);
+    assert!(p.params.contains(&(seatbelt::TMP_PARAM.to_string(), "/private/tmp/workcell-RUNID".to_string())));
+}
+
+#[test]
+fn seatbelt_refuses_a_zone_path_that_would_forge_zone_entries() {
+    let f = Fixture::new(ZONES, &[]);
+    let mut plan = f.plan(None, Overrides::default());
+    plan.mounts[0].source = PathBuf::from("/Users/me/in,/:rw");
+    let err = seatbelt::env::worker_env(&plan).expect_err("an ambiguous host path");
+    assert!(err.to_string().contains("WORKCELL_ZONES"), "{err}");
 }
 
 #[test]
@@ -61,6 +131,43 @@ fn seatbelt_paths_are_parameters_not_text() {
     assert!(p.profile.contains("(deny default)"));
 }
 
+/// Rules a review found in the profile before: each must be caught by the audit.
+const OLD_RULES: &[(&str, Broad)] = &[
+    ("(allow sysctl-read)", Broad::SysctlUnfiltered),
+    ("(allow file-read* file-write-data file-ioctl (regex #\"^/dev/ttys[0-9]+$\"))", Broad::TtyOpenByPath),
+    ("(allow network*)", Broad::NetworkAdmitsUnixSockets),
+    // And variants a later edit could bring.
+    ("(allow sysctl-read (sysctl-name-prefix \"kern.\"))", Broad::SysctlUnfiltered),
+    ("(allow file-write* (require-all (regex #\"^/dev/ttys\") (vnode-type CHARACTER-DEVICE)))", Broad::TtyOpenByPath),
+    ("(allow network-outbound (remote unix-socket))", Broad::NetworkAdmitsUnixSockets),
+    ("(allow network* (subpath \"/\"))", Broad::NetworkAdmitsUnixSockets),
+    ("(allow network-bind (local ip \"*:*\"))", Broad::ListensBeyondLoopback),
+    ("(allow default)", Broad::AllowDefault),
+];
+
+#[test]
+fn audit_catches_the_old_broad_rules() {
+    for (rule, expected) in OLD_RULES {
+        let found = seatbelt::audit::broad_rules(&format!("(version 1)\n(deny default)\n{rule}\n")).expect("reads");
+        assert!(found.iter().any(|(b, _)| b == expected), "{rule} must be reported as {expected:?}, got {found:?}");
+    }
+    // The whole old base profile, as it was (its network rule was generated, above), fails twice.
+    let old = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/seatbelt_old_base.sbpl")).expect("old profile");
+    let found: Vec<Broad> = seatbelt::audit::broad_rules(&old).expect("reads").into_iter().map(|(b, _)| b).collect();
+    assert_eq!(found, vec![Broad::SysctlUnfiltered, Broad::TtyOpenByPath], "{found:?}");
+}
+
+#[test]
+fn audit_accepts_the_narrow_forms() {
+    let narrow = "(allow sysctl-read (sysctl-name \"hw.ncpu\"))\n\
+                  (allow file-read* file-write* (require-all (regex #\"^/dev/ttys[0-9]+$\") (extension \"com.apple.sandbox.pty\")))\n\
+                  (allow file-ioctl (regex #\"^/dev/ttys[0-9]+$\"))\n\
+                  (allow network-outbound (remote unix-socket (path-literal (param \"BROKER_SOCKET\"))))\n\
+                  (allow network-bind network-inbound (local ip \"localhost:*\"))\n\
+                  (allow network-outbound (remote ip \"*:*\"))\n";
+    assert_eq!(seatbelt::audit::broad_rules(narrow).expect("reads"), vec![]);
+}
+
 #[test]
 fn plan_prints_the_seatbelt_profile() {
     let f = Fixture::new(ZONES, &[]);
@@ -68,5 +175,9 @@ fn plan_prints_the_seatbelt_profile() {
     let out = cmd.current_dir(f.root()).args(["plan", "--backend", "seatbelt", "--", "true"]).output().expect("plan");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
-    assert!(text.contains("(deny default)") && text.contains("ZONE_0="), "{text}");
+    assert!(text.contains("(deny default)") && text.contains("; -D ZONE_0="), "{text}");
+    assert!(text.contains("; not enforced by seatbelt: memory limit") && text.contains("setsid()"), "{text}");
+    // The printout is itself a profile (sandbox-exec -f reads it as it is).
+    let forms = seatbelt::sexp::parse(&text).expect("the printout reads as SBPL");
+    assert!(forms.iter().any(|f| f.form("deny").is_some()));
 }

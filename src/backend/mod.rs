@@ -34,6 +34,9 @@ pub enum BackendError {
     /// The on-demand service (the tool broker) could not start.
     #[error("{0}")]
     Service(#[source] ServiceError),
+    /// A Seatbelt run that could not go ahead.
+    #[error(transparent)]
+    Seatbelt(#[from] seatbelt::SeatbeltError),
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),

@@ -27,11 +27,20 @@ pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
             bwrap_limits.push_str(&format!("; {name}: not enforced: {why}"));
         }
     }
+    // Seatbelt has no limits at all, and its timeout reaches only the worker's session.
+    let seatbelt_gaps: Vec<String> = ["memory, pids and cpus limits: macOS has no per-sandbox limits"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(crate::backend::seatbelt::GENERAL.iter().map(|s| s.to_string()))
+        .collect();
     if args.json {
         let v = serde_json::json!({
             "docker": docker,
             "bwrap": match &bwrap { Ok(p) => serde_json::json!({"ok": true, "path": p, "unenforced_limits": bwrap_limits}), Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}) },
-            "seatbelt": match &seatbelt { Ok(()) => serde_json::json!({"ok": true}), Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}) },
+            "seatbelt": match &seatbelt {
+                Ok(()) => serde_json::json!({"ok": true, "not_enforced": seatbelt_gaps}),
+                Err(e) => serde_json::json!({"ok": false, "error": e.to_string(), "not_enforced": seatbelt_gaps}),
+            },
             "ok": ok,
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -45,6 +54,9 @@ pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
     match &seatbelt {
         Ok(()) => println!("seatbelt: ok (/usr/bin/sandbox-exec)"),
         Err(e) => println!("seatbelt: unavailable: {e}"),
+    }
+    for gap in &seatbelt_gaps {
+        println!("  not enforced by seatbelt: {gap}");
     }
     if !ok {
         println!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
