@@ -181,3 +181,26 @@ fn plan_prints_the_seatbelt_profile() {
     let forms = seatbelt::sexp::parse(&text).expect("the printout reads as SBPL");
     assert!(forms.iter().any(|f| f.form("deny").is_some()));
 }
+
+#[test]
+fn doctor_names_what_seatbelt_does_not_enforce() {
+    let f = Fixture::new(ZONES, &[]);
+    let mut cmd = assert_cmd::Command::cargo_bin("workcell").expect("workcell binary");
+    let out = cmd.current_dir(f.root()).args(["doctor", "--json"]).output().expect("doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
+    let gaps = v["seatbelt"]["not_enforced"].as_array().expect("seatbelt.not_enforced");
+    let text: Vec<&str> = gaps.iter().filter_map(|g| g.as_str()).collect();
+    assert!(text.iter().any(|g| g.contains("memory")) && text.iter().any(|g| g.contains("setsid()")), "{text:?}");
+}
+
+#[test]
+fn printed_profile_keeps_a_line_break_in_a_path_inside_its_comment() {
+    // The printout is fed to `sandbox-exec -f` by the README's procedure: a path must not
+    // end the `; -D` comment and add rules of its own.
+    let f = Fixture::new(ZONES, &[]);
+    let mut plan = f.plan(None, Overrides::default());
+    plan.mounts[0].source = PathBuf::from("/tmp/x\n(allow default)\n");
+    let text = seatbelt::plan_text(&plan);
+    assert_no_broad_rules(&text);
+    assert!(text.contains("(allow default)"), "the path is still shown, escaped: {text}");
+}

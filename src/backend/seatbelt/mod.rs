@@ -127,13 +127,13 @@ pub fn plan_text(plan: &LaunchPlan) -> String {
     out.push_str(&sp.profile);
     out.push_str("\n; parameters (sandbox-exec -D NAME=VALUE)\n");
     for (k, v) in &sp.params {
-        out.push_str(&format!("; -D {k}={v}\n"));
+        out.push_str(&format!("; -D {k}={}\n", one_line(v)));
     }
     if let Ok(env) = env::worker_env(plan) {
         // Only what Seatbelt rewrites (the rest is the plan's, and may hold secrets).
         out.push_str("\n; environment rewritten to host paths\n");
         for (k, v) in env.iter().filter(|(k, _)| REWRITTEN_ENV.contains(&k.as_str())) {
-            out.push_str(&format!("; {k}={}\n", v.replace('\n', " ")));
+            out.push_str(&format!("; {k}={}\n", one_line(v)));
         }
     }
     out.push('\n');
@@ -141,8 +141,18 @@ pub fn plan_text(plan: &LaunchPlan) -> String {
         out.push_str(&format!("; not enforced by seatbelt: {w}\n"));
     }
     let cmd = shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default();
-    out.push_str(&format!("; command, in {}: sandbox-exec -p PROFILE -D ... -- {}\n", host_workdir(plan).display(), cmd.replace('\n', " ")));
+    out.push_str(&format!("; command, in {}: sandbox-exec -p PROFILE -D ... -- {}\n", one_line(&host_workdir(plan).to_string_lossy()), one_line(&cmd)));
     out
+}
+
+/// `s` on one line: a line break in a path would end the `;` comment and put the rest of the
+/// path into the printed profile as rules.
+fn one_line(s: &str) -> String {
+    if s.chars().any(char::is_control) {
+        s.escape_debug().to_string()
+    } else {
+        s.to_string()
+    }
 }
 
 /// Whether `sandbox-exec` is usable here.
