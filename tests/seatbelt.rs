@@ -204,3 +204,22 @@ fn printed_profile_keeps_a_line_break_in_a_path_inside_its_comment() {
     assert_no_broad_rules(&text);
     assert!(text.contains("(allow default)"), "the path is still shown, escaped: {text}");
 }
+
+#[test]
+fn nested_zones_carve_and_reopen_in_order() {
+    // rw /p, ro /p/a inside it, rw /p/a/b inside that: /p's writes exclude /p/a, /p/a's deny
+    // comes after, and /p/a/b's own allow comes last (the last matching rule wins).
+    let f = Fixture::new(ZONES, &[]);
+    let mut plan = f.plan(None, Overrides::default());
+    let mount = |source: &str, target: &str, read_only| workcell::plan::PlanMount { source: source.into(), target: target.into(), read_only, held: None };
+    plan.mounts = vec![mount("/p", "/p", false), mount("/p/a", "/p/a", true), mount("/p/a/b", "/p/a/b", false)];
+    let p = seatbelt::render_profile(&plan);
+    let param = |v: &str| p.params.iter().find(|(_, pv)| pv == v).map(|(k, _)| k.clone()).unwrap_or_default();
+    assert_eq!(param("/p"), "ZONE_0");
+    assert!(p.params.contains(&("ZONE_0_KEEP_0".into(), "/p/a".into())), "{:?}", p.params);
+    assert!(p.params.contains(&("ZONE_0_PIN_0".into(), "/p".into())), "the zone above a kept area cannot be renamed: {:?}", p.params);
+    let deny_a = p.profile.find("(deny file-write* (subpath (param \"ZONE_1\")))").expect("deny of the read-only zone");
+    let allow_b = p.profile.find("(allow file-write* (subpath (param \"ZONE_2\")))").expect("allow of the inner writable zone");
+    assert!(deny_a < allow_b, "{}", p.profile);
+    assert_no_broad_rules(&p.profile);
+}
