@@ -1,7 +1,6 @@
 //! The macOS-only part: probing `sandbox-exec` and running the worker under it. Everything it
 //! runs is prepared by platform-neutral code (profile, environment, session and pty).
 
-use std::os::fd::AsFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -70,18 +69,29 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
     let signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP])
         .map_err(io("cannot install signal handlers".into()))?;
     let handle = signals.handle();
+    // The user's input, read by the relay (a copy: the relay's thread outlives this frame).
+    let input = match &pty {
+        Some(_) => Some(
+            rustix::io::fcntl_dupfd_cloexec(std::io::stdin(), 0)
+                .map_err(|e| BackendError::Io { what: "cannot pass the terminal on".into(), source: e.into() })?,
+        ),
+        None => None,
+    };
     let raw = pty.as_ref().and_then(|_| pty::RawMode::enter(std::io::stdin()));
     let mut child = cmd.spawn().map_err(io(format!("cannot start {SANDBOX_EXEC}")))?;
     drop(cmd);
-    let relay = pty.map(|pty| {
-        pty.copy_size_from(std::io::stdin());
-        let (tx, rx) = mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            let _ = pty.relay(std::io::stdin().as_fd(), std::io::stdout().as_fd());
-            let _ = tx.send(());
-        });
-        rx
-    });
+    let relay = match (pty, input) {
+        (Some(pty), Some(input)) => {
+            pty.copy_size_from(std::io::stdin());
+            let (tx, rx) = mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                let _ = pty.relay(input, std::io::stdout());
+                let _ = tx.send(());
+            });
+            Some(rx)
+        }
+        _ => None,
+    };
     let pid = child.id() as i32;
     let (tx, rx) = mpsc::channel();
     let tx2 = tx.clone();

@@ -10,7 +10,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use rustix::event::{poll, PollFd, PollFlags};
 use rustix::fs::{Mode, OFlags};
 use rustix::termios::{OptionalActions, Termios};
 
@@ -59,42 +58,38 @@ impl Pty {
         }
     }
 
-    /// Copies `input` to the worker and the worker's output to `output` until the worker's
-    /// side is closed (every process holding the slave has exited). End of `input` is passed
-    /// on as end-of-file (`^D`) once.
-    pub fn relay(&self, input: impl AsFd, output: impl AsFd) -> io::Result<()> {
-        let mut buf = [0u8; 8192];
-        let mut input_open = true;
-        loop {
-            let mut fds = vec![PollFd::new(&self.master, PollFlags::IN)];
-            if input_open {
-                fds.push(PollFd::new(&input, PollFlags::IN));
-            }
-            match poll(&mut fds, None) {
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => return Err(e.into()),
-                Ok(_) => {}
-            }
-            let master_ready = !fds[0].revents().is_empty();
-            let input_ready = input_open && !fds[1].revents().is_empty();
-            drop(fds);
-            if master_ready {
-                match rustix::io::read(&self.master, &mut buf) {
-                    // EIO: the slave side is closed (Linux); 0: the same (macOS).
-                    Ok(0) | Err(rustix::io::Errno::IO) => return Ok(()),
-                    Ok(n) => write_all(&output, &buf[..n])?,
-                    Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            if input_ready {
+    /// Copies `input` to the worker (on a thread of its own) and the worker's output to
+    /// `output` until the worker's side is closed (every process holding the slave has
+    /// exited). End of `input` is passed on as end-of-file (`^D`) once. Blocking reads, not
+    /// poll(2), which macOS does not support on terminal devices.
+    pub fn relay(&self, input: OwnedFd, output: impl AsFd) -> io::Result<()> {
+        let to_worker = self.master.try_clone()?;
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
                 match rustix::io::read(&input, &mut buf) {
-                    Ok(0) | Err(_) => {
-                        input_open = false;
-                        let _ = write_all(&self.master, &[0x04]);
+                    Ok(0) => {
+                        let _ = write_all(&to_worker, &[0x04]);
+                        return;
                     }
-                    Ok(n) => write_all(&self.master, &buf[..n])?,
+                    Ok(n) => {
+                        if write_all(&to_worker, &buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                    Err(rustix::io::Errno::INTR) => {}
+                    Err(_) => return,
                 }
+            }
+        });
+        let mut buf = [0u8; 8192];
+        loop {
+            match rustix::io::read(&self.master, &mut buf) {
+                // EIO: the slave side is closed (Linux); 0: the same (macOS).
+                Ok(0) | Err(rustix::io::Errno::IO) => return Ok(()),
+                Ok(n) => write_all(&output, &buf[..n])?,
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
             }
         }
     }

@@ -47,7 +47,7 @@ fn tty_worker_gets_a_pty_of_its_own_relayed_both_ways() {
     drop(in_write);
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let r = pty.relay(&in_read, &out_write);
+        let r = pty.relay(in_read, &out_write);
         drop(out_write);
         let _ = done_tx.send(r.map_err(|e| e.to_string()));
     });
