@@ -5,6 +5,7 @@
 # writable, with P (the project, `pwd -P`), REALHOME (your home) and NET (0 or 1) set.
 # Prints one line per check; WRONG lines are findings. Exit status: the number of them.
 
+[ "$(uname)" = Darwin ] || { echo "seatbelt-probe.sh: run this on macOS, under sandbox-exec (see the README)" >&2; exit 2; }
 : "${P:?set P to the project directory (pwd -P)}" "${REALHOME:?set REALHOME to your home}"
 NET=${NET:-0}
 fails=0
@@ -49,8 +50,8 @@ check allowed "make a temp file in TMPDIR" 'f=$(mktemp) && rm "$f"'
 
 # Processes and terminals
 check allowed "read hw.ncpu" 'sysctl -n hw.ncpu'
-check denied "read other processes' environment (ps -E)" 'ps -E -o command= -p 1 | grep .'
-check denied "open another terminal (/dev/ttys000)" 'printf "" > /dev/ttys000'
+check denied "read your shell's environment (ps -E on the parent)" 'ps -E -o command= -p $PPID | grep .'
+check denied "open another terminal (/dev/ttys000)" 'test -c /dev/ttys000 && printf "" > /dev/ttys000'
 check allowed "open a new pty (script)" 'script -q /dev/null /usr/bin/true < /dev/null'
 
 # Network
