@@ -143,6 +143,9 @@ const OLD_RULES: &[(&str, Broad)] = &[
     ("(allow network* (subpath \"/\"))", Broad::NetworkAdmitsUnixSockets),
     ("(allow network-bind (local ip \"*:*\"))", Broad::ListensBeyondLoopback),
     ("(allow default)", Broad::AllowDefault),
+    ("(allow file-read* (subpath \"/dev\"))", Broad::TtyOpenByPath),
+    // Text tricks do not hide a rule: it is read as s-expressions.
+    ("(allow ; a comment (deny network*)\n  network*\n)", Broad::NetworkAdmitsUnixSockets),
 ];
 
 #[test]
