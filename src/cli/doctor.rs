@@ -2,8 +2,9 @@
 
 use clap::Args;
 
-use super::CliError;
+use super::{Cli, CliError};
 use crate::backend::docker::maintenance::{diagnose, DockerDiagnosis};
+use crate::config::{find_config, Project};
 
 /// Arguments of `workcell doctor`.
 #[derive(Debug, Args)]
@@ -14,7 +15,8 @@ pub struct DoctorArgs {
 }
 
 /// Prints the findings; exit status 0 when at least one isolation backend works, else 1.
-pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
+pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
+    let project = project_findings(cli);
     let docker = diagnose();
     let bwrap = crate::backend::bwrap::probe();
     let seatbelt = crate::backend::seatbelt::probe();
@@ -42,6 +44,12 @@ pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
                 Err(e) => serde_json::json!({"ok": false, "error": e.to_string(), "not_enforced": seatbelt_gaps}),
             },
             "ok": ok,
+            "project": project.as_ref().map(|p| serde_json::json!({
+                "file": p.file,
+                "workers": p.workers,
+                "broken": p.broken.iter().map(|(name, e)| serde_json::json!({"worker": name, "error": e.to_string()})).collect::<Vec<_>>(),
+                "error": p.error,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(if ok { 0 } else { 1 });
@@ -57,6 +65,9 @@ pub fn run(args: &DoctorArgs) -> Result<i32, CliError> {
     }
     for gap in &seatbelt_gaps {
         println!("  not enforced by seatbelt: {gap}");
+    }
+    if let Some(p) = &project {
+        print_project(p);
     }
     if !ok {
         println!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
@@ -85,5 +96,49 @@ fn print_docker(d: &DockerDiagnosis) {
     }
     if d.error.is_some() && d.docker_host.is_none() && !d.sockets.iter().any(|s| s.exists) {
         println!("  fix: no Docker or Podman socket exists; install Docker (https://docs.docker.com/engine/install/) or start Podman's socket (systemctl --user start podman.socket) and set DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock");
+    }
+}
+
+/// What `doctor` says about the project in (or above) the current directory.
+struct ProjectFindings {
+    file: std::path::PathBuf,
+    /// Workers that load.
+    workers: Vec<String>,
+    /// Worker files refused, with the refusal (file:line:column).
+    broken: Vec<(String, crate::config::ConfigError)>,
+    /// The project file itself was refused.
+    error: Option<String>,
+}
+
+fn project_findings(cli: &Cli) -> Option<ProjectFindings> {
+    let cwd = std::env::current_dir().ok()?;
+    let file = match &cli.config {
+        Some(f) => cwd.join(f),
+        None => find_config(&cwd)?,
+    };
+    Some(match Project::load(Some(&file), &cwd) {
+        Ok(p) => ProjectFindings { file, workers: p.workers.keys().cloned().collect(), broken: p.broken.into_iter().collect(), error: None },
+        Err(e) => ProjectFindings { file, workers: Vec::new(), broken: Vec::new(), error: Some(e.to_string()) },
+    })
+}
+
+fn print_project(p: &ProjectFindings) {
+    // Messages quote worker-chosen names and paths: escaped before the terminal sees them.
+    let esc = |s: &str| crate::term::escape(s).to_string();
+    println!("project: {}", esc(&p.file.display().to_string()));
+    if let Some(e) = &p.error {
+        let lines: Vec<String> = e.lines().map(esc).collect();
+        println!("  refused: {}", lines.join("\n    "));
+        return;
+    }
+    println!("  workers: {}", if p.workers.is_empty() { "none".to_string() } else { esc(&p.workers.join(", ")) });
+    for (name, e) in &p.broken {
+        // One escaped line at a time: the refusal's own lines stay lines.
+        let text = e.to_string();
+        let lines: Vec<String> = text.lines().map(esc).collect();
+        println!("  broken worker '{}': {}", esc(name), lines.join("\n    "));
+    }
+    if !p.broken.is_empty() {
+        println!("  (a broken worker file stops only the commands that use that worker)");
     }
 }

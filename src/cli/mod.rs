@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{ConfigError, Project, UnknownWorker};
+use crate::config::{ConfigError, Project, WorkerError};
 
 /// Exit status of a usage or configuration error.
 pub const EXIT_USAGE: i32 = 2;
@@ -27,7 +27,7 @@ pub enum CliError {
     #[error("{0}")]
     Config(#[from] ConfigError),
     #[error(transparent)]
-    Worker(#[from] UnknownWorker),
+    Worker(#[from] WorkerError),
     #[error(transparent)]
     Zone(#[from] run::ZoneSpecError),
     #[error("{0}")]
@@ -146,7 +146,7 @@ pub fn main() -> i32 {
         Command::Run(a) => run::run(&cli, a),
         Command::Mcp(a) => mcp::run(&cli, a),
         Command::Audit(a) => audit::run(&cli, a),
-        Command::Doctor(a) => doctor::run(a),
+        Command::Doctor(a) => doctor::run(&cli, a),
         Command::Gc(a) => gc::run(a),
         Command::Reap { container } => Ok(crate::backend::docker::reaper::watch(container)),
         Command::Schema => {

@@ -145,6 +145,16 @@ pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, UserError> {
     Ok(crate::plan::UserSpec { uid, gid })
 }
 
+/// Why a worker cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Unknown(#[from] UnknownWorker),
+    /// The worker's file exists but was refused when the project was loaded.
+    #[error("{0}")]
+    Broken(#[source] ConfigError),
+}
+
 /// No worker of the project has the name asked for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -206,6 +216,9 @@ pub struct Project {
     pub dynamic: bool,
     pub defaults: Defaults,
     pub workers: BTreeMap<String, Worker>,
+    /// Worker files that were refused, by file stem, with the refusal: only the commands
+    /// that use one of them fail (`doctor` lists them).
+    pub broken: BTreeMap<String, ConfigError>,
 }
 
 /// Walks up from `start` to the first directory holding `workcell.yaml`.
@@ -340,8 +353,15 @@ impl Project {
                 )?;
             }
             if builder.mounts.iter().any(|m| m.mount_point == "/") {
-                if builder.mounts.len() > 1 {
-                    return Err(diag.whole("a mount at '/' must be the only mount (it is the root form)"));
+                if let (true, Some(root)) = (builder.mounts.len() > 1, mounts.value.iter().find(|m| m.at.value == "/")) {
+                    // One directory as `/` is the root form, addressed without zone names;
+                    // other mounts beside it would need names inside it (see the README,
+                    // "Differences from pydantic-ai-filesystem-sandbox").
+                    return Err(diag.spanned(
+                        &root.at,
+                        "a mount at '/' must be the only mount (it is the root form: one directory as the whole sandbox); \
+                         give every directory a mount point of its own such as /data and /special, or keep only the mount at '/'",
+                    ));
                 }
                 addressing = Addressing::Root;
             }
@@ -377,8 +397,9 @@ impl Project {
             dynamic: rs.dynamic.unwrap_or(false),
             defaults,
             workers: BTreeMap::new(),
+            broken: BTreeMap::new(),
         };
-        project.workers = worker::load_all(&project)?;
+        (project.workers, project.broken) = worker::load_all(&project);
         // The config, worker files, audit log and build folders are out of the tool
         // service's reach in every sandbox of this project (`sandbox::protect`).
         let config_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
@@ -398,12 +419,18 @@ impl Project {
         Ok(project)
     }
 
-    /// The worker called `name`, or an error listing the ones that exist.
-    pub fn worker(&self, name: &str) -> Result<&Worker, UnknownWorker> {
-        self.workers.get(name).ok_or_else(|| UnknownWorker {
-            name: name.into(),
-            looked_for: self.dir.join("workers").join(format!("{name}.worker")),
-            known: self.workers.keys().cloned().collect(),
+    /// The worker called `name`, or why it cannot be used: its file's refusal, or an error
+    /// listing the ones that exist.
+    pub fn worker(&self, name: &str) -> Result<&Worker, WorkerError> {
+        if let Some(e) = self.broken.get(name) {
+            return Err(WorkerError::Broken(e.clone()));
+        }
+        self.workers.get(name).ok_or_else(|| {
+            WorkerError::Unknown(UnknownWorker {
+                name: name.into(),
+                looked_for: self.dir.join("workers").join(format!("{name}.worker")),
+                known: self.workers.keys().cloned().collect(),
+            })
         })
     }
 }

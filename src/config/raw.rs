@@ -314,7 +314,8 @@ pub struct RawWorker {
     #[schemars(with = "Option<String>")]
     pub workdir: Option<Spanned<String>>,
     /// What the worker needs; no declaration means no file access.
-    pub sandbox: Option<RawWorkerSandbox>,
+    #[schemars(with = "Option<RawWorkerSandbox>")]
+    pub sandbox: Option<Spanned<RawWorkerSandbox>>,
     /// `false` turns the network off for this worker; `true` needs the project's network.
     #[schemars(with = "Option<bool>")]
     pub network: Option<Spanned<bool>>,
@@ -339,7 +340,8 @@ pub struct RawWorkerSandbox {
     pub allow_read: Option<Vec<Spanned<String>>>,
     #[schemars(with = "Option<Vec<String>>")]
     pub allow_write: Option<Vec<Spanned<String>>>,
-    pub readonly: Option<bool>,
+    #[schemars(with = "Option<bool>")]
+    pub readonly: Option<Spanned<bool>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

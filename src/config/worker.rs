@@ -101,18 +101,28 @@ fn split_front_matter(text: &str) -> Option<(&str, u64, &str)> {
     None
 }
 
-/// Loads every `workers/*.worker` of the project, sorted by name.
-pub(super) fn load_all(project: &Project) -> Result<BTreeMap<String, Worker>, ConfigError> {
+/// Loads every `workers/*.worker` of the project, sorted by name: the workers that load,
+/// and, by file stem, the refusal of each file that does not. One broken file stops only
+/// the commands that use that worker.
+pub(super) fn load_all(project: &Project) -> (BTreeMap<String, Worker>, BTreeMap<String, ConfigError>) {
     let dir = project.dir.join("workers");
     let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Ok(out) };
+    let mut broken = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return (out, broken) };
     let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "worker")).collect();
     files.sort();
     for f in files {
-        let w = load(&f, project)?;
-        out.insert(w.name.clone(), w);
+        match load(&f, project) {
+            Ok(w) => {
+                out.insert(w.name.clone(), w);
+            }
+            Err(e) => {
+                let stem = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                broken.insert(stem, e);
+            }
+        }
     }
-    Ok(out)
+    (out, broken)
 }
 
 /// Parses one worker file against the project.
@@ -155,7 +165,7 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         printable("a name in workers", w)?;
     }
     if let Some(sb) = &raw.sandbox {
-        for e in sb.allow_read.iter().chain(sb.allow_write.iter()).flatten() {
+        for e in sb.value.allow_read.iter().chain(sb.value.allow_write.iter()).flatten() {
             printable("the path", e)?;
         }
     }
@@ -176,7 +186,12 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         ),
     };
     let decl = declaration(raw.sandbox.as_ref(), &diag, &project.sandbox)?;
-    let mut sandbox = decl.apply(&project.sandbox).map_err(|e| diag.whole(e.to_string()))?;
+    // Each entry was checked on its own above, where its refusal points at it; what is left
+    // (the entries together) points at the declaration.
+    let mut sandbox = decl.apply(&project.sandbox).map_err(|e| match &raw.sandbox {
+        Some(sb) => diag.spanned(sb, e),
+        None => diag.whole(e),
+    })?;
     match &raw.network {
         Some(n) if n.value && !project.sandbox.network() => {
             return Err(diag.spanned(n, "network: true needs the project's network; the project sets network: false (the default)"))
@@ -232,12 +247,13 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
 }
 
 /// Validates a sandbox declaration against the project, pointing at the offending value.
-fn declaration(raw: Option<&RawWorkerSandbox>, diag: &Diag, project: &Sandbox) -> Result<SandboxDecl, ConfigError> {
-    let Some(raw) = raw else { return Ok(SandboxDecl::None) };
+fn declaration(spanned: Option<&Spanned<RawWorkerSandbox>>, diag: &Diag, project: &Sandbox) -> Result<SandboxDecl, ConfigError> {
+    let Some(spanned) = spanned else { return Ok(SandboxDecl::None) };
+    let raw = &spanned.value;
     let derive_form = raw.inherit.is_some() || raw.allow_read.is_some() || raw.allow_write.is_some() || raw.readonly.is_some();
     if let Some(zones) = &raw.zones {
         if derive_form {
-            return Err(diag.whole("sandbox declares both zones and inherit/allow_read/allow_write/readonly; use one form"));
+            return Err(diag.spanned(spanned, "sandbox declares both zones and inherit/allow_read/allow_write/readonly; use one form"));
         }
         let defined: Vec<&str> = project.mounts().iter().map(|m| m.name.as_str()).collect();
         let mut reqs = Vec::new();
@@ -260,6 +276,12 @@ fn declaration(raw: Option<&RawWorkerSandbox>, diag: &Diag, project: &Sandbox) -
         }
         return Ok(SandboxDecl::Zones(reqs));
     }
+    if let Some(ro) = raw.readonly.as_ref().filter(|r| !r.value) {
+        let spec = DeriveSpec { inherit: false, allow_read: None, allow_write: None, readonly: Some(false) };
+        if let Err(e) = project.derive(&spec) {
+            return Err(diag.spanned(ro, e));
+        }
+    }
     // Check each allowlist entry on its own so the error points at it.
     for (list, write) in [(&raw.allow_read, false), (&raw.allow_write, true)] {
         for entry in list.iter().flatten() {
@@ -279,6 +301,6 @@ fn declaration(raw: Option<&RawWorkerSandbox>, diag: &Diag, project: &Sandbox) -
         inherit: raw.inherit.unwrap_or(false),
         allow_read: strings(&raw.allow_read),
         allow_write: strings(&raw.allow_write),
-        readonly: raw.readonly,
+        readonly: raw.readonly.as_ref().map(|r| r.value),
     }))
 }

@@ -173,6 +173,9 @@ pub struct Overrides {
 /// Why a plan cannot be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// A granted directory could not be created (or, granted read-only, does not exist).
+    #[error("{0}")]
+    Grant(#[source] crate::sandbox::SandboxError),
     #[error("nothing to run: the worker has no command; give one after `--`, e.g. `workcell run {worker} -- sh -c 'ls /'`")]
     NoCommand { worker: String },
     #[error("invalid --env '{0}': use NAME=VALUE to set a variable or NAME to pass the host's value through")]

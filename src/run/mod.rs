@@ -93,13 +93,16 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Plans the run, chooses its backend, starts its services and records its start.
     pub fn prepare(spec: Spec<'_>) -> Result<Session, RunError> {
-        let mut plan = LaunchPlan::build(&spec.project, spec.worker, &spec.sandbox, &spec.overrides)?;
+        // Granted directories that do not exist yet are created now, owned by the worker's
+        // user; the plan and the tool service then hold them like any other area.
+        let sandbox = spec.sandbox.materialize(crate::plan::worker_user(&spec.project.dir, spec.project.defaults.user)).map_err(PlanError::Grant)?;
+        let mut plan = LaunchPlan::build(&spec.project, spec.worker, &sandbox, &spec.overrides)?;
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
         // This run's own runner: the shell commands of its worker go to its container.
         let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }.serving(plan.limits);
         let caller = Caller { worker: spec.worker.cloned(), chain: spec.chain.clone() };
-        let service = Arc::new(runner.service_for(caller, spec.sandbox, &plan.run_id));
+        let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
         let (broker, reserved) = match spec.services {
             Services::None => (None, None),

@@ -4,8 +4,28 @@
 use std::sync::Arc;
 
 use super::error::show;
+use super::grant::Pending;
 use super::path::VirtualPath;
 use super::{Addressing, Area, AreaKey, PathList, Sandbox, SandboxError, ZoneMode};
+
+/// What an allowlist entry grants: an area that exists, or a directory to create at launch.
+enum Grant {
+    Area(AreaKey, Arc<cap_std::fs::Dir>),
+    Pending(Pending),
+}
+
+/// The existing areas and the pending ones of a list of grants.
+fn split(grants: Vec<Grant>) -> (Vec<(AreaKey, Arc<cap_std::fs::Dir>)>, Vec<Pending>) {
+    let mut areas = Vec::new();
+    let mut pending = Vec::new();
+    for g in grants {
+        match g {
+            Grant::Area(k, d) => areas.push((k, d)),
+            Grant::Pending(p) => pending.push(p),
+        }
+    }
+    (areas, pending)
+}
 
 /// Arguments of [`Sandbox::derive`], named as a worker file writes them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,8 +53,10 @@ impl Sandbox {
     }
 
     /// Resolves an allowlist entry to an area key inside the parent: the entry must be
-    /// readable (and, for writes, writable) in the parent; a file stands for its directory.
-    fn allow_entry(&self, entry: &str, write: bool) -> Result<(AreaKey, Arc<cap_std::fs::Dir>), SandboxError> {
+    /// readable (and, for writes, writable) in the parent; a file stands for its directory;
+    /// a directory that does not exist yet is granted pending when the parent could create
+    /// it (see `grant`).
+    fn allow_entry(&self, entry: &str, write: bool) -> Result<Grant, SandboxError> {
         let what = if write { "allow_write" } else { "allow_read" };
         // Messages show the entry with control characters escaped; parsing uses it as is.
         let shown = show(entry);
@@ -81,6 +103,22 @@ impl Sandbox {
             Ok(false) => {
                 rel.pop();
             }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let full = AreaKey { mount: vp.mount, prefix: vp.rel.clone() };
+                let Some(parent) = self.writable.iter().filter(|a| a.key.contains(&full)).max_by_key(|a| a.key.prefix.len()) else {
+                    return Err(SandboxError::NotFound {
+                        path: shown,
+                        hint: format!(
+                            " A directory that does not exist yet can be granted only where the parent sandbox can write (it is then created at launch). Parent can write: {}.",
+                            self.writable_list()
+                        ),
+                    });
+                };
+                return match self.pending_grant(parent, &vp.rel[parent.key.prefix.len()..], write) {
+                    Some(p) => Ok(Grant::Pending(p)),
+                    None => Err(escape_as_escalation(self.io_error("derive", entry, &e))),
+                };
+            }
             Err(e) => return Err(escape_as_escalation(self.io_error("derive", entry, &e))),
         }
         let dir = if rel.is_empty() {
@@ -90,7 +128,7 @@ impl Sandbox {
         };
         let mut prefix = area.key.prefix.clone();
         prefix.extend(rel);
-        Ok((AreaKey { mount: vp.mount, prefix }, dir))
+        Ok(Grant::Area(AreaKey { mount: vp.mount, prefix }, dir))
     }
 
     /// Derives a child sandbox that can see at most what this one can.
@@ -111,8 +149,17 @@ impl Sandbox {
             return Err(self.escalation("readonly=false".into(), "parent sandbox is readonly".into()));
         }
 
-        let read_grants = allow_read.as_ref().map(|list| list.iter().map(|e| self.allow_entry(e, false)).collect::<Result<Vec<_>, _>>()).transpose()?;
+        // Writes first: an entry of allow_write (also read) is refused under its own name.
         let write_grants = allow_write.as_ref().map(|list| list.iter().map(|e| self.allow_entry(e, true)).collect::<Result<Vec<_>, _>>()).transpose()?;
+        let read_grants = allow_read.as_ref().map(|list| list.iter().map(|e| self.allow_entry(e, false)).collect::<Result<Vec<_>, _>>()).transpose()?;
+        let (read_grants, mut pending) = match read_grants.map(split) {
+            Some((areas, pending)) => (Some(areas), pending),
+            None => (None, Vec::new()),
+        };
+        let (write_grants, write_pending) = match write_grants.map(split) {
+            Some((areas, pending)) => (Some(areas), pending),
+            None => (None, Vec::new()),
+        };
 
         let mut readable = match read_grants {
             Some(grants) => intersect(&self.readable, grants),
@@ -126,10 +173,18 @@ impl Sandbox {
         };
         if spec.readonly == Some(true) {
             writable.clear();
+        } else {
+            pending.extend(write_pending);
         }
         // Write implies read.
         readable.extend(writable.iter().cloned());
-        Ok(self.with_areas(readable, writable))
+        // A pending grant inside an area the child already has adds nothing.
+        pending.retain(|p| !(if p.write { &writable } else { &readable }).iter().any(|a| a.key.contains(&p.key)));
+        let created: Vec<AreaKey> = pending.iter().filter(|p| p.write).map(|p| p.key.clone()).collect();
+        pending.retain(|p| p.write || !created.iter().any(|k| k.contains(&p.key)));
+        let mut child = self.with_areas(readable, writable);
+        child.pending = pending;
+        Ok(child)
     }
 
     /// A sandbox over the same mounts with these areas (duplicates and covered ones dropped).
@@ -141,6 +196,7 @@ impl Sandbox {
             writable: minimise(writable),
             network: self.network,
             protected: self.protected.clone(),
+            pending: Vec::new(),
         }
     }
 
@@ -200,7 +256,7 @@ fn intersect(parent: &[Area], grants: Vec<(AreaKey, Arc<cap_std::fs::Dir>)>) -> 
 }
 
 /// Drops duplicates and areas already covered by a wider one.
-fn minimise(mut areas: Vec<Area>) -> Vec<Area> {
+pub(super) fn minimise(mut areas: Vec<Area>) -> Vec<Area> {
     areas.sort_by(|a, b| a.key.cmp(&b.key));
     let mut out: Vec<Area> = Vec::new();
     for a in areas {

@@ -50,6 +50,10 @@ pub enum SandboxError {
     #[error("Cannot create child sandbox with {requested}: {reason}. Child sandboxes may only restrict access.\nParent can read: {parent_readable}\nParent can write: {parent_writable}")]
     Escalation { requested: String, reason: String, parent_readable: PathList, parent_writable: PathList },
 
+    /// A directory granted only for reading does not exist at launch.
+    #[error("Cannot grant read access to '{path}': the directory does not exist, and a read-only grant does not create it. Create it before the run, or grant it in allow_write (a written grant is created at launch, owned by the worker's user).")]
+    MissingReadOnly { path: String },
+
     /// Nothing exists at the path.
     #[error("Cannot access '{path}': no such file or directory.{hint}")]
     NotFound { path: String, hint: String },
@@ -92,7 +96,7 @@ impl SandboxError {
             SandboxError::SuffixNotAllowed { .. } => "suffix_not_allowed",
             SandboxError::TooLarge { .. } | SandboxError::EditTooLarge { .. } => "too_large",
             SandboxError::Escalation { .. } => "permission_escalation",
-            SandboxError::NotFound { .. } => "not_found",
+            SandboxError::NotFound { .. } | SandboxError::MissingReadOnly { .. } => "not_found",
             SandboxError::EditMismatch { .. } => "edit_mismatch",
             SandboxError::NotText { .. } => "not_text",
             SandboxError::WrongKind { .. } => "wrong_kind",

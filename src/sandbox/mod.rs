@@ -13,6 +13,7 @@ mod bytes;
 mod derive;
 mod error;
 mod expand;
+mod grant;
 pub mod hostdir;
 mod io;
 mod links;
@@ -29,6 +30,7 @@ use cap_std::fs::Dir;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use derive::minimise;
 pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
 pub use error::{PathList, SandboxError};
@@ -177,6 +179,8 @@ pub struct Sandbox {
     network: bool,
     /// Control files the tool service may not change (see `protect`).
     protected: Arc<protect::Protected>,
+    /// Granted directories that do not exist yet, created at launch (see `grant`).
+    pending: Vec<grant::Pending>,
 }
 
 impl Sandbox {
@@ -199,7 +203,7 @@ impl Sandbox {
             }
             readable.push(area);
         }
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default() })
+        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new() })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
@@ -211,6 +215,7 @@ impl Sandbox {
             writable: Vec::new(),
             network: self.network,
             protected: self.protected.clone(),
+            pending: Vec::new(),
         }
     }
 

@@ -1,0 +1,146 @@
+//! Grants of directories that do not exist yet (`allow_write: [/out/reports]` before
+//! `reports/` is there): the directory is the worker's to create.
+//!
+//! At load such a grant is accepted when the parent could create the directory (it can
+//! write there), and kept *pending*: the handle of the deepest directory that exists, and
+//! the names still missing below it. A pending area grants nothing by itself: the tool
+//! service and `check` do not see it. At launch ([`Sandbox::materialize`]) each missing
+//! name is created beneath the held handle (`mkdirat`, one component at a time) and opened
+//! without following links, so a link planted in its place (by a worker, or by a previous
+//! run) is refused instead of followed; nothing is created inside the project's control
+//! files; each directory created is given to the worker's user, like any file the worker
+//! writes. The result is an ordinary area whose handle the backends bind.
+//!
+//! A read-only grant of a missing directory creates nothing: the run is refused, saying
+//! what to do (an empty read-only directory would only hide a typo).
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use cap_std::fs::Dir;
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+use super::error::show;
+use super::{minimise, Area, AreaKey, Sandbox, SandboxError};
+use crate::plan::UserSpec;
+
+/// A granted directory still to be created at launch.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    /// The area it will be, once it exists.
+    pub key: AreaKey,
+    /// The deepest directory of the path that existed when the grant was made (inside a
+    /// writable area of the parent).
+    pub base: Arc<Dir>,
+    /// The names below `base` still to create.
+    pub missing: Vec<String>,
+    /// Granted for writing (created at launch) or only for reading (refused at launch).
+    pub write: bool,
+}
+
+impl Sandbox {
+    /// Sandbox paths granted but not created yet, with whether each is writable (`plan`
+    /// shows them; nothing can be read or written there before a launch creates them).
+    pub fn pending_roots(&self) -> Vec<(String, bool)> {
+        self.pending.iter().map(|p| (self.area_path(&p.key), p.write)).collect()
+    }
+
+    /// The pending grant for `rel` in the writable area `area` of this (parent) sandbox,
+    /// when `rel` does not exist: the deepest existing directory and the missing names.
+    /// `None` when `rel` exists after all (the caller's own error then stands).
+    pub(super) fn pending_grant(&self, area: &Area, rel: &[String], write: bool) -> Option<Pending> {
+        for existing in (0..rel.len()).rev() {
+            let base = if existing == 0 { Ok(area.dir.clone()) } else { area.dir.open_dir(super::io::rel_path(&rel[..existing])).map(Arc::new) };
+            match base {
+                Ok(base) => {
+                    let mut prefix = area.key.prefix.clone();
+                    prefix.extend(rel.iter().cloned());
+                    return Some(Pending { key: AreaKey { mount: area.key.mount, prefix }, base, missing: rel[existing..].to_vec(), write });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(_) => return None,
+            }
+        }
+        None
+    }
+
+    /// This sandbox with its pending grants made real: every directory granted for writing
+    /// created beneath its held parent and owned by `owner`, every directory granted for
+    /// reading opened (it must exist by now). Used at launch, never by `plan` or `check`.
+    pub fn materialize(&self, owner: UserSpec) -> Result<Sandbox, SandboxError> {
+        if self.pending.is_empty() {
+            return Ok(self.clone());
+        }
+        let mut readable = self.readable.clone();
+        let mut writable = self.writable.clone();
+        // Writes first: a read grant inside (or of) a directory granted for writing exists
+        // once that one is created.
+        let (writes, reads): (Vec<&Pending>, Vec<&Pending>) = self.pending.iter().partition(|p| p.write);
+        for p in writes {
+            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, Some(owner))?) };
+            readable.push(area.clone());
+            writable.push(area);
+        }
+        for p in reads {
+            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, None)?) };
+            readable.push(area);
+        }
+        let mut out = self.clone();
+        out.readable = minimise(readable);
+        out.writable = minimise(writable);
+        out.pending = Vec::new();
+        Ok(out)
+    }
+
+    /// Walks `p.missing` beneath `p.base`, creating each name when `owner` is given, and
+    /// returns the handle of the last one. Never follows a link; never writes into a
+    /// control directory.
+    fn create_pending(&self, p: &Pending, owner: Option<UserSpec>) -> Result<Dir, SandboxError> {
+        let shown = self.area_path(&p.key);
+        let failed = |what: &str, e: Errno| SandboxError::Io { op: "create", path: show(&shown), message: format!("{what} ({})", std::io::Error::from(e)) };
+        let mut cur: OwnedFd =
+            p.base.as_fd().try_clone_to_owned().map_err(|e| failed("the directory above it cannot be held", Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+        let me = rustix::process::geteuid();
+        for name in &p.missing {
+            let mut created = false;
+            if owner.is_some() {
+                let dir = Dir::from_std_file(std::fs::File::from(
+                    cur.try_clone().map_err(|e| failed("cannot hold a directory", Errno::from_io_error(&e).unwrap_or(Errno::IO)))?,
+                ));
+                self.refuse_control(&dir, name, &shown)?;
+                match rustix::fs::mkdirat(&cur, name.as_str(), Mode::from_raw_mode(0o755)) {
+                    Ok(()) => created = true,
+                    Err(Errno::EXIST) => {}
+                    Err(e) => return Err(failed("the granted directory cannot be created", e)),
+                }
+            }
+            let next = match rustix::fs::openat(&cur, name.as_str(), OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+                Ok(fd) => fd,
+                // ELOOP: a symbolic link stands where the directory should be; ENOTDIR: a file.
+                Err(Errno::LOOP) | Err(Errno::NOTDIR) => {
+                    return Err(SandboxError::Io {
+                        op: "create",
+                        path: show(&shown),
+                        message: format!(
+                            "'{}' is a symbolic link or a file, not a directory; links are never followed here: remove it, then run again",
+                            show(name)
+                        ),
+                    })
+                }
+                Err(Errno::NOENT) if owner.is_none() => return Err(SandboxError::MissingReadOnly { path: show(&shown) }),
+                Err(e) => return Err(failed("the granted directory cannot be opened", e)),
+            };
+            if let (true, Some(owner)) = (created, owner) {
+                // Only a directory this process made (another one renamed into its place in
+                // the meantime keeps its owner).
+                if rustix::fs::fstat(&next).is_ok_and(|st| st.st_uid == me.as_raw()) {
+                    rustix::fs::fchown(&next, Some(rustix::process::Uid::from_raw(owner.uid)), Some(rustix::process::Gid::from_raw(owner.gid)))
+                        .map_err(|e| failed("the created directory cannot be given to the worker's user", e))?;
+                }
+            }
+            cur = next;
+        }
+        Ok(Dir::from_std_file(std::fs::File::from(cur)))
+    }
+}
