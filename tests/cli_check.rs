@@ -184,3 +184,47 @@ fn plan_summary_reads_as_written() {
         assert!(!text.contains(debug), "debug text {debug:?} in the plan:\n{text}");
     }
 }
+
+/// `check` is the query API: a file larger than its zone's `max_file_bytes` may not be read,
+/// and the refusal names the setting. A write is not judged by size (its content is unknown).
+#[test]
+fn check_applies_max_file_bytes_to_existing_files() {
+    let (_t, dir) = project();
+    fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: rw, max_file_bytes: 4}\n").unwrap();
+    fs::write(dir.join("data/big.txt"), "0123456789").unwrap();
+    fs::write(dir.join("data/small.txt"), "0123").unwrap();
+    let out = workcell(&dir).args(["check", "/data/small.txt", "/data/big.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(
+        stdout(&out),
+        "allowed: /data/small.txt\nrefused: Cannot read '/data/big.txt': file too large (10 bytes).\nMaximum allowed: 4 bytes (the max_file_bytes setting of its zone)\n"
+    );
+    let out = workcell(&dir).args(["check", "--write", "/data/big.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+/// One broken worker file stops only the commands that use that worker: `check` without
+/// `--worker`, `plan` and `check` of other workers keep working; `doctor` lists it.
+#[test]
+fn a_broken_worker_file_stops_only_its_worker() {
+    let (_t, dir) = project();
+    fs::write(dir.join("workers/broken.worker"), "---\nsandbox:\n  allow_read: [/nope]\n---\n").unwrap();
+    let out = workcell(&dir).args(["check", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = workcell(&dir).args(["check", "--worker", "reader", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = workcell(&dir).args(["plan", "reader", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let out = workcell(&dir).args(["check", "--worker", "broken", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("workers/broken.worker:3:16: Cannot create child sandbox with allow_read='/nope'"), "{err}");
+    let out = workcell(&dir).args(["plan", "broken", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = workcell(&dir).args(["doctor"]).output().unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("  workers: reader\n"), "{text}");
+    assert!(text.contains("  broken worker 'broken': ") && text.contains("broken.worker:3:16: Cannot create child sandbox"), "{text}");
+}

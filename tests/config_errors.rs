@@ -327,3 +327,49 @@ fn mount_aliases() {
     let (e, _) = load_err("sandbox:\n  mounts:\n    - {host: ./data}\n", &[]);
     expect(&e, "workcell.yaml", 3, 8, "missing field `at` (or `mount_point`)");
 }
+
+#[test]
+fn readonly_false_over_a_parent_without_writes_is_located() {
+    let ro = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n";
+    let (e, _) = load_err(ro, &[("w", "---\nsandbox:\n  inherit: true\n  readonly: false\n---\n")]);
+    expect(&e, "w.worker", 4, 13, "Cannot create child sandbox with readonly=false: parent sandbox is readonly");
+}
+
+#[test]
+fn a_mount_at_root_beside_others_is_refused_at_its_place() {
+    let yaml = "sandbox:\n  mounts:\n    - {host: ./data, at: /, mode: ro}\n    - {host: ./out, at: /special, mode: rw}\n";
+    let (e, _) = load_err(yaml, &[]);
+    expect(&e, "workcell.yaml", 3, 26, "a mount at '/' must be the only mount (it is the root form");
+}
+
+/// A grant of a directory that does not exist yet is accepted where the parent can write
+/// (it is created at launch); where the parent cannot, it is refused at its entry.
+#[test]
+fn grants_of_missing_directories() {
+    let d = dir_with(&[("w", "---\nsandbox:\n  allow_write: [/out/reports/2026]\n  allow_read: [/out/cache]\n---\n")]);
+    let p = Project::from_text(ZONES, &d.path.join("workcell.yaml"), &d.path).expect("project");
+    assert!(p.broken.is_empty(), "{:?}", p.broken);
+    let w = p.worker("w").expect("worker loads");
+    assert_eq!(w.sandbox.pending_roots(), vec![("/out/cache".to_string(), false), ("/out/reports/2026".to_string(), true)]);
+    assert!(!d.path.join("out/reports").exists(), "nothing is created at load");
+
+    let e = worker_err("---\nsandbox:\n  allow_read: [/data, /data/new]\n---\n");
+    expect(
+        &e,
+        "w.worker",
+        3,
+        23,
+        "Cannot access '/data/new': no such file or directory. A directory that does not exist yet can be granted only where the parent sandbox can write",
+    );
+}
+
+/// A worker file that is refused leaves the other workers and the project usable.
+#[test]
+fn a_broken_worker_does_not_stop_the_others() {
+    let d = dir_with(&[("good", "---\nsandbox:\n  allow_read: [/data]\n---\n"), ("bad", "---\nsandbox:\n  allow_read: [/nope]\n---\n")]);
+    let p = Project::from_text(ZONES, &d.path.join("workcell.yaml"), &d.path).expect("the project loads");
+    assert!(p.worker("good").is_ok());
+    let e = p.worker("bad").expect_err("the broken worker is refused");
+    assert!(e.to_string().contains("bad.worker:3:16: Cannot create child sandbox with allow_read='/nope'"), "{e}");
+    assert_eq!(p.broken.keys().collect::<Vec<_>>(), ["bad"]);
+}

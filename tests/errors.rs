@@ -52,7 +52,22 @@ fn all_errors(fx: &Fx) -> Vec<(&'static str, SandboxError)> {
         ("invalid_pattern_abs", sb.list("/data", "/etc/*").unwrap_err()),
         ("invalid_pattern_glob", sb.list("/data", "[").unwrap_err()),
         ("io_not_a_directory", sb.write("/out/x.txt/y.txt", "x").unwrap_err()),
+        ("not_found_grant_under_read_only", ro.derive(&DeriveSpec { allow_read: l(&["/new"]), ..Default::default() }).unwrap_err()),
+        (
+            "not_found_read_only_grant_at_launch",
+            sb.derive(&DeriveSpec { allow_read: l(&["/out/new"]), ..Default::default() }).unwrap().materialize(me()).unwrap_err(),
+        ),
+        ("io_grant_replaced_by_a_link", {
+            let child = sb.derive(&DeriveSpec { allow_write: l(&["/out/reports"]), ..Default::default() }).unwrap();
+            std::os::unix::fs::symlink("../../secret", fx.host("out/reports")).unwrap();
+            child.materialize(me()).unwrap_err()
+        }),
     ]
+}
+
+/// The user this test runs as (a granted directory is given to the worker's user).
+fn me() -> workcell::plan::UserSpec {
+    workcell::plan::UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() }
 }
 
 #[test]

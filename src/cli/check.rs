@@ -39,16 +39,22 @@ pub struct Verdict<'a> {
 }
 
 /// Whether `path` may be read (or written): resolution, then the suffix policy for
-/// anything that is not an existing directory.
+/// anything that is not an existing directory, then, for reading an existing file, the size
+/// policy (`max_file_bytes`). A write is not judged by size: its content is not known here.
 pub fn verdict(sandbox: &Sandbox, path: &str, write: bool) -> Result<(), SandboxError> {
     if write {
         sandbox.resolve_for_write(path)?;
     } else {
         sandbox.resolve(path)?;
     }
-    let is_dir = sandbox.stat(path).map(|s| s.kind == FileKind::Directory).unwrap_or(false);
-    if !is_dir {
+    let stat = sandbox.stat(path).ok();
+    if !stat.as_ref().is_some_and(|s| s.kind == FileKind::Directory) {
         sandbox.check_suffix(path)?;
+    }
+    if let (false, Some(s)) = (write, &stat) {
+        if s.kind == FileKind::File {
+            sandbox.check_size(path, s.size)?;
+        }
     }
     Ok(())
 }

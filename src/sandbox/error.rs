@@ -39,7 +39,7 @@ pub enum SandboxError {
     SuffixNotAllowed { path: String, allowed: PathList },
 
     /// The file (or the content to write) exceeds the mount's `max_file_bytes`.
-    #[error("Cannot {op} '{path}': file too large ({size} bytes).\nMaximum allowed: {limit} bytes")]
+    #[error("Cannot {op} '{path}': file too large ({size} bytes).\nMaximum allowed: {limit} bytes (the max_file_bytes setting of its zone)")]
     TooLarge { op: &'static str, path: String, size: u64, limit: u64 },
 
     /// `edit` of a file larger than it holds in memory, in a zone without `max_file_bytes`.
