@@ -228,3 +228,17 @@ fn a_broken_worker_file_stops_only_its_worker() {
     assert!(text.contains("  workers: reader\n"), "{text}");
     assert!(text.contains("  broken worker 'broken': ") && text.contains("broken.worker:3:16: Cannot create child sandbox"), "{text}");
 }
+
+/// `plan` shows a granted directory that does not exist yet, and creates nothing.
+#[test]
+fn plan_shows_a_missing_granted_directory_without_creating_it() {
+    let (_t, dir) = project();
+    fs::write(dir.join("workers/rep.worker"), "---\nsandbox:\n  allow_write: [/out/reports]\n---\n").unwrap();
+    let out = workcell(&dir).args(["plan", "rep", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout(&out).contains("  /out/reports (missing: created by the run, owned by the worker's user (rw))\n"), "{}", stdout(&out));
+    let out = workcell(&dir).args(["plan", "--json", "rep", "--", "true"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pending_grants"], serde_json::json!([{"sandbox_path": "/out/reports", "write": true}]));
+    assert!(!dir.join("out/reports").exists(), "plan created the directory");
+}

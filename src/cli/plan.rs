@@ -39,6 +39,10 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         let mut v = serde_json::to_value(&plan).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("docker".into(), docker);
+            let pending: Vec<_> = sandbox.pending_roots().into_iter().map(|(path, write)| serde_json::json!({"sandbox_path": path, "write": write})).collect();
+            if !pending.is_empty() {
+                obj.insert("pending_grants".into(), serde_json::Value::Array(pending));
+            }
         }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
@@ -51,6 +55,15 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("mounts:");
         for m in &plan.mounts {
             println!("  {} <- {} ({})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
+        }
+        // Granted directories that do not exist yet: a run creates them (`plan` never does).
+        for (path, write) in sandbox.pending_roots() {
+            let what = if write {
+                "missing: created by the run, owned by the worker's user (rw)"
+            } else {
+                "missing: a read-only grant, the run is refused until it exists"
+            };
+            println!("  {} ({what})", escape(&path));
         }
         println!("limits:   {}", limits_text(&plan.limits));
         print_docker(&docker);
