@@ -166,6 +166,24 @@ mod body {
     }
 }
 
+/// Nothing is created inside the project's control files, whichever of them exists: a
+/// worker of the root form granted `/workers/new` or `/.workcell/new` does not get them.
+#[test]
+fn nothing_is_created_inside_control_files() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let w = |entry: &str| format!("---\nsandbox:\n  allow_write: [{entry}]\n---\n");
+    write_project(&dir, "sandbox:\n  root: {root: ., readonly: false}\n", &[("in_workers", &w("/workers/new")), ("in_audit", &w("/.workcell/new"))]);
+    let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
+    let me = workcell::plan::UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
+    for name in ["in_workers", "in_audit"] {
+        let sandbox = &project.worker(name).expect("accepted at load").sandbox;
+        let err = sandbox.materialize(me).expect_err("refused at launch");
+        assert!(err.to_string().contains("part of the project's own configuration"), "{name}: {err}");
+    }
+    assert!(!dir.join("workers/new").exists() && !dir.join(".workcell").exists(), "created inside the control files");
+}
+
 macro_rules! backend_suite {
     ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
         mod $module {
