@@ -42,9 +42,15 @@ impl Scratch {
     }
 }
 
+/// `workcell run --backend BACKEND` in `cwd`; `docker+runsc` is the docker backend under
+/// the runtime `runsc` (gVisor).
 fn workcell(backend: &str, cwd: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"));
-    cmd.current_dir(cwd).arg("run").arg("--backend").arg(backend);
+    cmd.current_dir(cwd).arg("run");
+    match backend.split_once('+') {
+        Some((backend, runtime)) => cmd.arg("--backend").arg(backend).arg("--runtime").arg(runtime),
+        None => cmd.arg("--backend").arg(backend),
+    };
     cmd
 }
 
@@ -118,7 +124,7 @@ mod body {
         let sibling = s.mkdir("sibling");
         std::fs::write(sibling.join("secret.txt"), "secret").expect("write");
         let probe = format!(
-            "for p in /root /home /var/run/docker.sock /run/docker.sock /etc/shadow {} {} {}; do if [ -e \"$p\" ]; then echo VISIBLE:$p; fi; done; if grep -qs '^daemon:' /etc/passwd; then echo VISIBLE:the-host-passwd; fi; ls /",
+            "for p in /root /home /var/run/docker.sock /run/docker.sock /etc/shadow {} {} {}; do if [ -e \"$p\" ]; then echo VISIBLE:$p; fi; done; if grep -qs '^daemon:' /etc/passwd; then echo VISIBLE:the-host-passwd; fi; echo /*",
             sibling.display(),
             sibling.join("secret.txt").display(),
             zone.display()
@@ -139,7 +145,7 @@ mod body {
         let out = run(
             backend,
             &s.root,
-            &["--zone", "zone=./zone:rw", "--", "sh", "-c", "ls /zone; cat /zone/abs-link; cat /zone/rel-link; echo x > /zone/abs-link; exit 0"],
+            &["--zone", "zone=./zone:rw", "--", "sh", "-c", "echo /zone/*; cat /zone/abs-link; cat /zone/rel-link; echo x > /zone/abs-link; exit 0"],
         );
         assert_eq!(out.status.code(), Some(0));
         assert!(stdout(&out).contains("rel-link"), "the zone itself must be visible");
@@ -172,7 +178,7 @@ mod body {
         let s = Scratch::new();
         s.mkdir("in");
         let marker = format!("workcell-tmp-marker-{}", unique());
-        let script = format!("echo x > /tmp/{marker} && ls /tmp");
+        let script = format!("echo x > /tmp/{marker} && echo /tmp/*");
         let out = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &script]);
         assert_eq!(out.status.code(), Some(0));
         assert!(stdout(&out).contains(&marker));
@@ -487,3 +493,7 @@ backend_suite!(
         }
     }
 );
+
+// The same bodies under gVisor (`--runtime runsc` on docker), with what differs there.
+#[path = "behaviour/runsc.rs"]
+mod runsc;

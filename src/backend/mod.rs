@@ -37,6 +37,11 @@ pub enum BackendError {
     /// A Seatbelt run that could not go ahead.
     #[error(transparent)]
     Seatbelt(#[from] seatbelt::SeatbeltError),
+    /// The plan names a Docker runtime, which this backend cannot honour.
+    #[error(
+        "the {backend} backend cannot run under the runtime '{runtime}' (set by `runtime:` or `--runtime`): a runtime is Docker's, and {backend} runs the worker on the host's kernel. Use --backend docker (or auto, with Docker running), or remove the runtime"
+    )]
+    RuntimeUnsupported { backend: &'static str, runtime: String },
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),
@@ -81,6 +86,9 @@ impl Selected {
 /// bwrap or Seatbelt. `none` only when chosen, or when no boundary exists and
 /// `require_os_sandbox` is false.
 pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
+    if let Some(runtime) = &plan.runtime {
+        return with_runtime(choice, runtime);
+    }
     match choice {
         BackendChoice::Docker => docker::probe().map(|_| Selected::Docker),
         // An explicit choice only needs the binary: a run that cannot create its namespaces
@@ -114,6 +122,30 @@ pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool
             Err(BackendError::Failed(format!(
                 "no isolation backend works here, and require_os_sandbox is true.\n  docker: {docker_err}\n  bwrap: {bwrap_err}\n  seatbelt: {seatbelt_err}\nInstall Docker or bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set require_os_sandbox: false and choose --backend none to run without isolation."
             )))
+        }
+    }
+}
+
+/// A plan that names a runtime runs on docker or not at all: falling back to bwrap would
+/// quietly trade the runtime's boundary (gVisor's own kernel) for the host kernel's. The
+/// daemon is asked whether it has the runtime before anything is created.
+fn with_runtime(choice: BackendChoice, runtime: &str) -> Result<Selected, BackendError> {
+    let refuse = |backend: &'static str| Err(BackendError::RuntimeUnsupported { backend, runtime: runtime.to_string() });
+    match choice {
+        BackendChoice::Bwrap => refuse("bwrap"),
+        BackendChoice::Seatbelt => refuse("seatbelt"),
+        BackendChoice::None => refuse("none"),
+        BackendChoice::Docker | BackendChoice::Auto => {
+            docker::probe().map_err(|e| match (choice, e) {
+                (BackendChoice::Auto, BackendError::Unavailable { reason, fix, .. }) => BackendError::Unavailable {
+                    backend: "docker",
+                    reason: format!("this run names the runtime '{runtime}', which only docker can use, and {reason}"),
+                    fix,
+                },
+                (_, e) => e,
+            })?;
+            docker::runtimes::require(runtime)?;
+            Ok(Selected::Docker)
         }
     }
 }

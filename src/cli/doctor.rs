@@ -2,6 +2,8 @@
 
 use clap::Args;
 
+use crate::term::escape;
+
 use super::{Cli, CliError};
 use crate::backend::docker::maintenance::{diagnose, DockerDiagnosis};
 use crate::config::{find_config, Project};
@@ -90,6 +92,20 @@ fn print_docker(d: &DockerDiagnosis) {
     println!("  sockets tried{}:", if d.docker_host.is_some() { " (only when DOCKER_HOST is unset)" } else { "" });
     for s in &d.sockets {
         println!("    {} {}", s.path.display(), if s.exists { "exists" } else { "absent" });
+    }
+    if let Some(r) = &d.runtimes {
+        let names: Vec<String> = r
+            .names
+            .iter()
+            .map(|n| if r.default.as_deref() == Some(n.as_str()) { format!("{} (default)", escape(n)) } else { escape(n).into_owned() })
+            .collect();
+        println!("  runtimes: {} (what `runtime:` and --runtime may name)", names.join(", "));
+        if !r.names.iter().any(|n| n == "runsc") {
+            println!("    gVisor (runsc) is not registered; to run workers under it, {}", crate::backend::docker::runtimes::install_hint("runsc"));
+        }
+    }
+    if let Some(e) = &d.runtimes_error {
+        println!("  runtimes: cannot be listed: {e}");
     }
     if let Some((tag, built)) = &d.host_image {
         println!("  host base image: {tag} ({})", if *built { "built" } else { "not built yet; the first run builds it locally" });

@@ -27,7 +27,9 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     let worker = args.worker.as_deref().map(|w| project.worker(w).cloned()).transpose()?;
     let sandbox = worker.as_ref().map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let mode = args.approvals.mode();
-    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode);
+    // Shell commands and child workers run under the worker's runtime, as in its own run.
+    let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());
+    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode).under_runtime(runtime);
     let run_id = crate::plan::new_run_id();
     let chain = worker.iter().map(|w| w.name.clone()).collect();
     let service = Arc::new(runner.service_for(Caller { worker, chain }, sandbox, &run_id));

@@ -18,6 +18,9 @@ pub struct PlanArgs {
     /// seatbelt: the profile and its parameters).
     #[arg(long, value_enum)]
     pub backend: Option<crate::config::BackendChoice>,
+    /// Docker runtime to plan under, as `workcell run --runtime`.
+    #[arg(long, value_name = "NAME", value_parser = crate::config::parse_runtime)]
+    pub runtime: Option<String>,
     /// Command to plan instead of the worker's.
     #[arg(last = true)]
     pub command: Vec<String>,
@@ -27,8 +30,13 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     let project = load_project(cli.config.as_deref())?;
     let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
     let sandbox = worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
-    let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), ..Overrides::default() };
+    let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), runtime: args.runtime.clone(), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
+    // The renderings of backends that would refuse this plan are not shown as if they would run.
+    if let (Some(runtime), Some(backend @ (crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt))) = (&plan.runtime, args.backend) {
+        let backend = if backend == crate::config::BackendChoice::Bwrap { "bwrap" } else { "seatbelt" };
+        return Err(CliError::Usage(crate::backend::BackendError::RuntimeUnsupported { backend, runtime: runtime.clone() }.to_string()));
+    }
     match args.backend {
         Some(crate::config::BackendChoice::Bwrap) => return Ok(print_rendering(crate::backend::bwrap::plan_text(&plan))),
         Some(crate::config::BackendChoice::Seatbelt) => return Ok(print_rendering(crate::backend::seatbelt::plan_text(&plan))),
@@ -66,6 +74,10 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
             println!("  {} ({what})", escape(&path));
         }
         println!("limits:   {}", limits_text(&plan.limits));
+        match &plan.runtime {
+            Some(r) => println!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
+            None => println!("runtime:  the Docker daemon's default"),
+        }
         print_docker(&docker);
     }
     Ok(0)
@@ -144,6 +156,7 @@ fn print_docker(d: &serde_json::Value) {
         _ => "none (the command is PID 1)".to_string(),
     };
     println!("  init:         {init}");
+    println!("  runtime:      {}", hc["Runtime"].as_str().map(escape).unwrap_or_else(|| "(the daemon's default)".into()));
     let field = |v: &serde_json::Value| if v.is_null() { "none".to_string() } else { v.to_string() };
     println!(
         "  limits:       memory={} memory_swap={} nano_cpus={} pids={}",

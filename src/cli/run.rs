@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Isolation backend (default: the project's `defaults.backend`, else auto).
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+    /// Docker runtime to run under, e.g. `runsc` (gVisor); replaces the worker's and the
+    /// project's `runtime:`, for child workers too. Must be one the daemon lists (`workcell doctor`).
+    #[arg(long, value_name = "NAME", value_parser = crate::config::parse_runtime)]
+    pub runtime: Option<String>,
     /// Run without the tool broker: the worker cannot ask the host for anything (no
     /// socket is mounted). Its zones and network are unchanged.
     #[arg(long)]
@@ -168,6 +172,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         workdir: args.workdir.clone(),
         interactive: args.interactive,
         tty: args.tty,
+        runtime: args.runtime.clone(),
+        inherited_runtime: None,
     };
     let choice = args.backend.or(worker.and_then(|w| w.backend)).unwrap_or(project.defaults.backend);
     let worker = worker.cloned();

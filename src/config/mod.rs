@@ -5,6 +5,7 @@
 mod limits;
 mod mounts;
 pub mod raw;
+mod runtime;
 mod text;
 mod worker;
 
@@ -21,6 +22,7 @@ pub use mounts::{check_mount_point, MountError};
 use mounts::{check_relative_dir, MountBuilder};
 pub use raw::BackendChoice;
 use raw::{RawApproval, RawNetwork, RawProject, RootField, SandboxMode};
+pub use runtime::{parse_runtime, RuntimeNameError, MAX_RUNTIME_NAME};
 pub use text::{describe as describe_char, forbidden_char, TextError};
 pub use worker::{AttachmentPolicy, Rule, SandboxDecl, ShellRule, Worker};
 
@@ -199,6 +201,8 @@ pub struct Defaults {
     pub limits: Limits,
     /// `defaults.user`: the host user workers run as when workcell runs as root.
     pub user: Option<crate::plan::UserSpec>,
+    /// `defaults.runtime`: the Docker runtime of workers that name none.
+    pub runtime: Option<String>,
 }
 
 /// A loaded, validated project: everything later stages need, read once.
@@ -387,6 +391,7 @@ impl Project {
             backend: rd.backend.unwrap_or_default(),
             limits: rd.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default(),
             user: rd.user.as_ref().map(|u| parse_user(&u.value).map_err(|m| diag.spanned(u, format!("invalid user '{}': {m}", u.value)))).transpose()?,
+            runtime: runtime_from(rd.runtime.as_ref(), &diag)?,
         };
         let mut project = Project {
             dir: dir.clone(),
@@ -437,6 +442,11 @@ impl Project {
 
 /// The configuration used when a directory has no `workcell.yaml` (README, "Configuration reference": zones `cache` and `workspace`, rw, under `.sandbox/`).
 pub const DEFAULT_CONFIG: &str = "sandbox:\n  mode: sandboxed\n  zones:\n    cache: {mode: rw}\n    workspace: {mode: rw}\n";
+
+/// A `runtime:` value, checked, or its located error.
+pub(crate) fn runtime_from(raw: Option<&Spanned<String>>, diag: &Diag) -> Result<Option<String>, ConfigError> {
+    raw.map(|r| parse_runtime(&r.value).map_err(|e| diag.spanned(r, format!("invalid runtime: {e}")))).transpose()
+}
 
 fn approvals(raw: Option<&RawApproval>) -> Approvals {
     let d = Approvals::default();

@@ -270,7 +270,17 @@ pub struct RawDefaults {
     /// (default: the owner of the project directory, or 65534:65534 when root owns it).
     #[schemars(with = "Option<String>")]
     pub user: Option<Spanned<String>>,
+    /// The Docker runtime workers run under, e.g. `runsc` (gVisor); any runtime the daemon
+    /// lists (`workcell doctor`). Unset: the daemon's default (usually runc). Docker only.
+    #[schemars(with = "Option<RuntimeSchema>")]
+    pub runtime: Option<Spanned<String>>,
 }
+
+// Schema stand-in for a runtime name, with the characters `config::parse_runtime` accepts.
+/// A Docker runtime name as the daemon lists it (`workcell doctor`).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct RuntimeSchema(#[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))] String);
 
 // Numbers are read as text and checked by `config::limits`, the parsers the command-line
 // flags use too, so that both refuse the same values with the same words.
@@ -320,6 +330,11 @@ pub struct RawWorker {
     #[schemars(with = "Option<bool>")]
     pub network: Option<Spanned<bool>>,
     pub backend: Option<BackendChoice>,
+    /// The Docker runtime this worker runs under (e.g. `runsc`). Under a project
+    /// `defaults.runtime` a worker may only repeat that one; a child worker runs under its
+    /// caller's runtime and may not name another.
+    #[schemars(with = "Option<RuntimeSchema>")]
+    pub runtime: Option<Spanned<String>>,
     /// Workers this one may call (`*` for any).
     #[schemars(with = "Option<Vec<String>>")]
     pub workers: Option<Vec<Spanned<String>>>,

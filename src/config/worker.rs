@@ -10,7 +10,7 @@ use serde_saphyr::Spanned;
 
 use super::raw::{BackendChoice, RawCommand, RawWorker, RawWorkerSandbox};
 use super::text::{check_printable, check_prose};
-use super::{limits_from, located, parse_count, parse_file_size, ConfigError, Diag, ImageRef, Limits, Project};
+use super::{limits_from, located, parse_count, parse_file_size, runtime_from, ConfigError, Diag, ImageRef, Limits, Project};
 use crate::sandbox::{DeriveSpec, Sandbox, SandboxError, ZoneMode, ZoneRequest};
 
 /// How a worker declares the sandbox it needs.
@@ -75,6 +75,8 @@ pub struct Worker {
     /// The worker's sandbox when run directly from the project.
     pub sandbox: Sandbox,
     pub backend: Option<BackendChoice>,
+    /// The worker's own `runtime:` (the project's `defaults.runtime` applies when unset).
+    pub runtime: Option<String>,
     pub workers: Vec<String>,
     pub shell_rules: Vec<ShellRule>,
     pub shell_default: Rule,
@@ -226,6 +228,7 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         decl,
         sandbox,
         backend: raw.backend,
+        runtime: worker_runtime(raw.runtime.as_ref(), project.defaults.runtime.as_deref(), &diag)?,
         workers: raw.workers.unwrap_or_default().into_iter().map(|w| w.value).collect(),
         shell_rules: raw
             .shell_rules
@@ -244,6 +247,24 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         attachment_policy,
         instructions: body.to_string(),
     })
+}
+
+/// The worker's own `runtime:`. Under a project `defaults.runtime` it may only repeat that
+/// one (`plan::runtime`): refused here already, with its location.
+fn worker_runtime(raw: Option<&Spanned<String>>, default: Option<&str>, diag: &Diag) -> Result<Option<String>, ConfigError> {
+    let named = runtime_from(raw, diag)?;
+    if let (Some(r), Some(default)) = (raw, default) {
+        if let Err(e) = crate::plan::runtime::inherit(None, named.clone(), default, crate::plan::runtime::Floor::Defaults) {
+            return Err(diag.spanned(
+                r,
+                format!(
+                    "runtime '{}' replaces the project's defaults.runtime '{default}'; a worker may repeat it, never replace it (workcell cannot tell whether '{}' isolates as well). Remove this line, or set it to '{default}'",
+                    e.wanted, e.wanted
+                ),
+            ));
+        }
+    }
+    Ok(named)
 }
 
 /// Validates a sandbox declaration against the project, pointing at the offending value.

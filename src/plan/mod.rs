@@ -15,6 +15,7 @@ use serde::Serialize;
 
 pub mod accounts;
 mod control;
+pub mod runtime;
 mod workdir;
 pub use workdir::WorkdirError;
 
@@ -153,6 +154,10 @@ pub struct LaunchPlan {
     pub labels: BTreeMap<String, String>,
     pub interactive: bool,
     pub tty: bool,
+    /// The Docker runtime to run under (`runsc` for gVisor); `None` is the daemon's default.
+    /// Only the docker backend can honour it: the others refuse a plan that names one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 /// Command-line choices that override the worker and project.
@@ -168,6 +173,12 @@ pub struct Overrides {
     pub workdir: Option<String>,
     pub interactive: bool,
     pub tty: bool,
+    /// `--runtime`: replaces the worker's and the project's runtime for this run (the person
+    /// at the command line decides, as with `--backend none`).
+    pub runtime: Option<String>,
+    /// The runtime of the run that starts this one (a child worker, a shell command): this
+    /// run gets the same, and may not name another (see [`runtime::inherit`]).
+    pub inherited_runtime: Option<String>,
 }
 
 /// Why a plan cannot be made.
@@ -190,6 +201,8 @@ pub enum PlanError {
         #[source]
         reason: WorkdirError,
     },
+    #[error(transparent)]
+    Runtime(#[from] runtime::RuntimeChanged),
     #[error("nothing to run: the command's program name is empty")]
     EmptyProgram,
     #[error("the sandbox path '{0}' contains ',', ':' or a control character, which would make WORKCELL_ZONES (/in:ro,/out:rw) ambiguous; rename the directory or name another one")]
@@ -412,6 +425,13 @@ impl LaunchPlan {
         if let Some(w) = &worker_name {
             labels.insert(LABEL_WORKER.to_string(), w.clone());
         }
+        let named = worker.and_then(|w| w.runtime.clone());
+        let runtime = match (&ov.inherited_runtime, &ov.runtime, &project.defaults.runtime) {
+            (Some(caller), _, _) => Some(runtime::inherit(worker_name.as_deref(), named, caller, runtime::Floor::Caller)?),
+            (None, Some(chosen), _) => Some(chosen.clone()),
+            (None, None, Some(default)) => Some(runtime::inherit(worker_name.as_deref(), named, default, runtime::Floor::Defaults)?),
+            (None, None, None) => named,
+        };
         let system = if image == ImageRef::Host { host_system_layout() } else { Vec::new() };
         workdir::check(&workdir, &mounts, (image == ImageRef::Host).then_some(&system[..]))
             .map_err(|reason| PlanError::BadWorkdir { workdir: workdir.clone(), reason })?;
@@ -431,6 +451,7 @@ impl LaunchPlan {
             labels,
             interactive: ov.interactive,
             tty: ov.tty,
+            runtime,
         })
     }
 

@@ -100,7 +100,9 @@ impl Session {
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
         // This run's own runner: the shell commands of its worker go to its container.
-        let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }.serving(plan.limits);
+        let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }
+            .serving(plan.limits)
+            .under_runtime(plan.runtime.clone());
         let caller = Caller { worker: spec.worker.cloned(), chain: spec.chain.clone() };
         let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);

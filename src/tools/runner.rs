@@ -28,6 +28,9 @@ pub struct BackendRunner {
     /// When that run's timeout ends: no shell command or child worker it starts lives longer
     /// (the worker is gone by then, and workcell would wait for them).
     pub deadline: Option<Instant>,
+    /// The Docker runtime of the run this runner serves: its shell commands and child
+    /// workers run under the same (`plan::runtime`).
+    pub runtime: Option<String>,
 }
 
 /// The run's timeout has passed: nothing more is started in it.
@@ -80,12 +83,17 @@ fn text_of(mut bytes: Vec<u8>, mut cut: u64) -> (String, u64) {
 
 impl BackendRunner {
     pub fn new(project: Arc<Project>, choice: BackendChoice, mode: ApprovalMode) -> BackendRunner {
-        BackendRunner { project, choice, mode, exec_in: Arc::new(OnceLock::new()), limits: Limits::default(), deadline: None }
+        BackendRunner { project, choice, mode, exec_in: Arc::new(OnceLock::new()), limits: Limits::default(), deadline: None, runtime: None }
     }
 
     /// This runner for a run with `limits` that starts now.
     pub fn serving(self, limits: Limits) -> BackendRunner {
         BackendRunner { limits, deadline: limits.timeout.map(|t| Instant::now() + t), ..self }
+    }
+
+    /// This runner for a run under the Docker runtime `runtime` (`None`: the daemon's default).
+    pub fn under_runtime(self, runtime: Option<String>) -> BackendRunner {
+        BackendRunner { runtime, ..self }
     }
 
     /// `wanted` cut to what is left of the run's time; an error once nothing is left.
@@ -125,6 +133,7 @@ impl SandboxRunner for BackendRunner {
             limits: Limits { timeout: Some(timeout), ..self.limits },
             env: cmd.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             workdir: Some(cmd.workdir.clone()),
+            inherited_runtime: self.runtime.clone(),
             ..Overrides::default()
         };
         // A run of its own (a fresh boundary with the caller's sandbox), with no services.
@@ -161,7 +170,7 @@ impl SandboxRunner for BackendRunner {
             project: self.project.clone(),
             worker: Some(worker),
             sandbox: sandbox.clone(),
-            overrides: Overrides::default(),
+            overrides: Overrides { inherited_runtime: self.runtime.clone(), ..Overrides::default() },
             choice: self.choice,
             parent: self.clone(),
             chain: chain.to_vec(),

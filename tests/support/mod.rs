@@ -13,12 +13,21 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use workcell::backend::cgroup::{Controller, Support};
 
-/// Whether `backend` ("bwrap" or "docker") works here. Without it the test is skipped with a
-/// note, unless `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` makes that a failure.
+/// Whether `backend` ("bwrap", "docker", or "docker+runsc": docker with gVisor's runtime)
+/// works here. Without it the test is skipped with a note, unless `WORKCELL_REQUIRE_BWRAP=1` /
+/// `WORKCELL_REQUIRE_DOCKER=1` / `WORKCELL_REQUIRE_RUNSC=1` makes that a failure.
 pub fn backend_ready(backend: &str) -> bool {
     let (result, gate) = match backend {
-        "bwrap" => (workcell::backend::bwrap::probe().map(|_| ()), "WORKCELL_REQUIRE_BWRAP"),
-        "docker" => (workcell::backend::docker::probe().map(|_| ()), "WORKCELL_REQUIRE_DOCKER"),
+        "bwrap" => (workcell::backend::bwrap::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_BWRAP"),
+        "docker" => (workcell::backend::docker::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_DOCKER"),
+        // The docker backend under gVisor: the daemon must list the runtime (`.ci/setup-runsc`).
+        "docker+runsc" => (
+            workcell::backend::docker::probe()
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+                .and_then(|_| workcell::backend::docker::runtimes::require("runsc").map_err(|e| e.to_string())),
+            "WORKCELL_REQUIRE_RUNSC",
+        ),
         other => panic!("unknown backend {other}"),
     };
     match result {

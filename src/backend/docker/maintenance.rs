@@ -38,6 +38,10 @@ pub struct DockerDiagnosis {
     pub negotiated_api: Option<String>,
     /// The host base image tag for this machine and user, and whether it is built.
     pub host_image: Option<(String, bool)>,
+    /// The daemon's runtimes (what `runtime:` may name) and its default one.
+    pub runtimes: Option<super::runtimes::Runtimes>,
+    /// Why the runtimes could not be listed.
+    pub runtimes_error: Option<String>,
     /// Why Docker cannot be used, with the fix.
     pub error: Option<String>,
 }
@@ -52,6 +56,8 @@ pub fn diagnose() -> DockerDiagnosis {
         api_version: None,
         negotiated_api: None,
         host_image: None,
+        runtimes: None,
+        runtimes_error: None,
         error: None,
     };
     let rt = match super::runtime() {
@@ -78,6 +84,10 @@ pub fn diagnose() -> DockerDiagnosis {
                 d.api_version = v.api_version;
             }
             Err(e) => d.error = Some(format!("the daemon answered but `version` failed: {}", api_message(&e))),
+        }
+        match super::runtimes::list(&docker).await {
+            Ok(r) => d.runtimes = Some(r),
+            Err(e) => d.runtimes_error = Some(super::runtimes::describe(&e)),
         }
         let cwd = std::env::current_dir().unwrap_or_default();
         if let Ok((tag, _)) = image::host_base(&host_system_layout(), crate::plan::worker_user(&cwd, None)) {

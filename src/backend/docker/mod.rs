@@ -13,6 +13,7 @@ pub mod maintenance;
 pub mod reaper;
 pub mod render;
 mod runner;
+pub mod runtimes;
 pub mod staging;
 
 use std::path::PathBuf;
@@ -60,6 +61,13 @@ pub enum DockerError {
         #[source]
         source: std::io::Error,
     },
+    /// The plan names a runtime the daemon does not list.
+    #[error(
+        "the Docker daemon has no runtime '{wanted}' (it lists: {}). To use it, {}",
+        if available.is_empty() { "none".to_string() } else { available.join(", ") },
+        runtimes::install_hint(wanted)
+    )]
+    MissingRuntime { wanted: String, available: Vec<String> },
     /// The host's base image (for `image: host`) cannot be assembled.
     #[error("cannot assemble the host base image: {0}")]
     HostBase(#[source] std::io::Error),

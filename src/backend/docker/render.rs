@@ -81,6 +81,9 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         memory_swap: memory,
         nano_cpus: plan.limits.cpus.map(|c| (c * 1e9).round() as i64),
         privileged: Some(false),
+        // Another OCI runtime (gVisor's runsc) in place of the daemon's default; the daemon
+        // was asked for it before the run (`runtimes::require`).
+        runtime: plan.runtime.clone(),
         ..Default::default()
     };
 
@@ -163,6 +166,7 @@ mod tests {
             labels,
             interactive: false,
             tty: false,
+            runtime: None,
         }
     }
 
@@ -172,6 +176,21 @@ mod tests {
         insta::with_settings!({ sort_maps => true }, {
             insta::assert_json_snapshot!(render(&plan(false), "workcell-host:abc", &Init::Program("/usr/bin/docker-init".into())));
         });
+    }
+
+    #[test]
+    fn runtime_runsc() {
+        let mut p = plan(false);
+        p.runtime = Some("runsc".into());
+        insta::with_settings!({ sort_maps => true }, {
+            insta::assert_json_snapshot!(render(&p, "workcell-host:abc", &Init::Program("/usr/bin/docker-init".into())));
+        });
+    }
+
+    #[test]
+    fn no_runtime_means_the_daemons_default() {
+        let hc = render(&plan(false), "img", &Init::Docker).create.host_config.unwrap_or_default();
+        assert_eq!(hc.runtime, None);
     }
 
     #[test]
