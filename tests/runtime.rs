@@ -228,4 +228,12 @@ fn a_child_worker_called_under_gvisor_runs_under_gvisor() {
     let weak = replies.next().unwrap_or_else(|| panic!("no reply for weak:\n{text}"));
     assert!(weak.contains("must run under 'runsc'"), "a child named runc under a gVisor run: {weak}");
     assert!(!weak.contains(&std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("release").trim().to_string()), "{weak}");
+    // The audit log says which runtime each run had.
+    let log = std::fs::read_to_string(dir.join(".workcell/audit.jsonl")).expect("audit log");
+    let starts: Vec<serde_json::Value> =
+        log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|e| e["event"] == "run_start").collect();
+    for worker in ["parent", "kid"] {
+        let e = starts.iter().find(|e| e["worker"] == worker).unwrap_or_else(|| panic!("no run_start for {worker}:\n{log}"));
+        assert_eq!(e["runtime"], "runsc", "{e}");
+    }
 }

@@ -148,7 +148,7 @@ impl Session {
         let p = &self.plan;
         let mounts: Vec<_> = p.mounts.iter().map(|m| json!({"target": m.target, "read_only": m.read_only})).collect();
         let event = json!({"worker": p.worker, "chain": chain, "backend": self.selected.name(), "command": p.command, "network": p.network,
-            "broker": self.broker.is_some(), "mounts": mounts});
+            "runtime": p.runtime, "broker": self.broker.is_some(), "mounts": mounts});
         self.audit.record("run_start", event).map_err(RunError::Audit)
     }
 
