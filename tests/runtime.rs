@@ -123,6 +123,28 @@ fn backends_without_runtimes_refuse_a_plan_that_names_one() {
 }
 
 #[test]
+fn seatbelt_refuses_a_runtime_and_auto_never_falls_back_to_bwrap() {
+    let (_t, p) = project(ZONES, &[("g", "---\ncommand: [true]\nruntime: runsc\n---\n")]);
+    let p = p.expect("project");
+    let g = p.worker("g").expect("worker");
+    let plan = LaunchPlan::build(&p, Some(g), &g.sandbox, &Overrides::default()).expect("plan");
+    let e = workcell::backend::select(BackendChoice::Seatbelt, &plan, true).expect_err("seatbelt has no runtimes");
+    assert!(e.to_string().contains("the seatbelt backend cannot run under the runtime 'runsc'"), "{e}");
+    // Without a daemon, `auto` says why instead of running the worker under bwrap.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = assert_cmd::Command::cargo_bin("workcell")
+        .expect("binary")
+        .current_dir(tmp.path())
+        .env("DOCKER_HOST", format!("unix://{}/no-daemon.sock", tmp.path().display()))
+        .args(["run", "--runtime", "runsc", "--", "sh", "-c", "echo RAN"])
+        .output()
+        .expect("run workcell");
+    assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("RAN"), "the worker ran without its runtime");
+    assert!(stderr(&out).contains("names the runtime 'runsc', which only docker can use"), "{}", stderr(&out));
+}
+
+#[test]
 fn a_child_worker_cannot_run_on_bwrap_under_a_runtime() {
     let (_t, p) = project(ZONES, &[("parent", "---\nworkers: [kid]\ncommand: [true]\n---\n"), ("kid", "---\ncommand: [true]\n---\n")]);
     let p = Arc::new(p.expect("project"));
