@@ -44,16 +44,19 @@ pub fn require(wanted: &str) -> Result<(), DockerError> {
 /// How to install and register a runtime, for the error and for `doctor`. gVisor is the one
 /// workcell documents; other runtimes are registered the same way.
 pub fn install_hint(wanted: &str) -> String {
-    let gvisor = if wanted == "runsc" {
-        "install gVisor (Debian/Ubuntu: `apt-get install runsc`; elsewhere https://gvisor.dev/docs/user_guide/install/), "
+    let (install, args, note) = if wanted == "runsc" {
+        (
+            "install gVisor (Debian/Ubuntu: `apt-get install runsc`; elsewhere https://gvisor.dev/docs/user_guide/install/)",
+            ", \"runtimeArgs\": [\"--host-uds=open\"]",
+            " (--host-uds=open lets the worker reach workcell's broker socket; add \"--network=host\" where gVisor cannot set up its own network)",
+        )
     } else {
-        "install it, "
+        ("install it", "", "")
     };
     format!(
-        "{gvisor}register it in the daemon's configuration (/etc/docker/daemon.json: \
-         \"runtimes\": {{\"{wanted}\": {{\"path\": \"/usr/bin/{wanted}\"{}}}}}), then reload the daemon \
-         (`systemctl reload docker`, or `kill -HUP $(pidof dockerd)`) and check with `workcell doctor`",
-        if wanted == "runsc" { ", \"runtimeArgs\": [\"--host-uds=open\"]" } else { "" }
+        "{install}, register it in the daemon's configuration (/etc/docker/daemon.json: \
+         \"runtimes\": {{\"{wanted}\": {{\"path\": \"/usr/bin/{wanted}\"{args}}}}}){note}, then reload the daemon \
+         (`systemctl reload docker`, or `kill -HUP $(pidof dockerd)`) and check with `workcell doctor`"
     )
 }
 
