@@ -51,16 +51,20 @@ fn a_malformed_runtime_is_refused_where_it_is_written() {
     assert_eq!((e.line, e.column), (5, 12), "{e}");
     assert!(e.message.contains("not a runtime name") && e.message.contains("workcell doctor"), "{e}");
 
+    // A refused worker file stops only that worker.
     let (_t, p) = project(ZONES, &[("w", "---\nruntime: 'run sc'\ncommand: [true]\n---\n")]);
-    let e = p.expect_err("a space is not in a runtime name");
-    assert!(e.file.ends_with("workers/w.worker") && e.line == 2, "{e}");
+    let p = p.expect("the project itself loads");
+    let e = p.broken.get("w").expect("a space is not in a runtime name");
+    assert!(e.file.ends_with("workers/w.worker") && (e.line, e.column) == (2, 10), "{e}");
+    assert!(p.worker("w").is_err());
 }
 
 #[test]
 fn a_worker_may_repeat_the_projects_runtime_but_not_replace_it() {
     let config = format!("{ZONES}defaults:\n  runtime: runsc\n");
     let (_t, p) = project(&config, &[("weak", "---\ncommand: [true]\nruntime: runc\n---\n")]);
-    let e = p.expect_err("runc replaces runsc");
+    let p = p.expect("the project itself loads");
+    let e = p.broken.get("weak").expect("runc replaces runsc");
     assert!(e.file.ends_with("workers/weak.worker") && (e.line, e.column) == (3, 10), "{e}");
     assert!(e.message.contains("replaces the project's defaults.runtime 'runsc'"), "{e}");
 
