@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use workcell::backend::{self, Captured, Selected};
+use workcell::backend::{self, Attached, Finished, Output, Selected};
 use workcell::config::{BackendChoice, Project};
 use workcell::plan::{LaunchPlan, Overrides};
 use workcell::sandbox::DeriveSpec;
@@ -59,8 +59,8 @@ impl Scene {
 
 const OUT_RW: &str = "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
 
-fn run(backend: &str, plan: &LaunchPlan) -> Captured {
-    let out = backend::run_captured(selected(backend), plan).expect("the run starts");
+fn run(backend: &str, plan: &LaunchPlan) -> Finished {
+    let out = backend::run(selected(backend), plan, Output::Capture, Attached::default()).expect("the run starts");
     eprintln!("exit {}\nstdout: {}\nstderr: {}", out.exit_code, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     out
 }

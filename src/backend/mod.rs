@@ -31,6 +31,9 @@ pub enum BackendError {
         #[source]
         source: std::io::Error,
     },
+    /// The run could not be supervised.
+    #[error(transparent)]
+    Supervise(#[from] SuperviseError),
     /// The on-demand service (the tool broker) could not start.
     #[error("{0}")]
     Service(#[source] ServiceError),
@@ -57,9 +60,11 @@ pub mod outcome;
 pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
+pub mod supervise;
 
 use crate::config::{BackendChoice, ImageRef};
 use crate::plan::LaunchPlan;
+pub use supervise::{Attached, Finished, Output, SuperviseError};
 
 /// The backend that will run a plan, after `auto` selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,41 +179,20 @@ pub trait OnDemand {
     fn start(&self) -> Result<(), ServiceError>;
 }
 
-/// Runs `plan` on the selected backend; returns the exit status. `service`, if any, is
-/// started before the worker or, under bwrap, when the worker first connects to it.
-pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
-    if selected == Selected::Bwrap {
-        return bwrap::run(plan, service);
-    }
-    if let Some(s) = service {
-        s.start().map_err(BackendError::Service)?;
-    }
+/// Runs `plan` on the selected backend, its output to `output`; returns how it ended. The
+/// broker in `attached`, if any, is started when the worker first connects to it (backends
+/// whose worker is a host process, see [`supervise`]) or before the worker (docker).
+pub fn run(selected: Selected, plan: &LaunchPlan, output: Output, attached: Attached<'_>) -> Result<Finished, BackendError> {
     match selected {
-        Selected::Docker => docker::run(plan),
-        Selected::Seatbelt => seatbelt::run(plan),
-        Selected::Bwrap | Selected::None => none::run(plan),
-    }
-}
-
-/// Output of a run whose streams were captured (shell tool, child workers): at most
-/// [`capture::OUTPUT_CAP`] bytes of each stream, and how many bytes beyond it were cut.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Captured {
-    pub exit_code: i32,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub stdout_cut: u64,
-    pub stderr_cut: u64,
-    pub timed_out: bool,
-}
-
-/// Runs `plan` on the selected backend with stdout and stderr captured.
-pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, BackendError> {
-    match selected {
-        Selected::Docker => docker::run_captured(plan),
-        Selected::Bwrap => bwrap::run_captured(plan),
-        Selected::Seatbelt => Err(BackendError::Failed("captured runs under Seatbelt are not supported yet".into())),
-        Selected::None => none::run_captured(plan),
+        Selected::Bwrap => bwrap::run(plan, output, attached),
+        Selected::None => none::run(plan, output, attached),
+        Selected::Seatbelt => seatbelt::run(plan, output, attached),
+        Selected::Docker => {
+            if let Some(s) = attached.broker {
+                s.start().map_err(BackendError::Service)?;
+            }
+            docker::run(plan, output)
+        }
     }
 }
 
@@ -233,5 +217,3 @@ pub(crate) fn spawn_exclusive<T>(f: impl FnOnce() -> T) -> T {
     let _guard = SPAWN_LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     f()
 }
-
-pub(crate) use capture::{capture, capture_with};

@@ -51,10 +51,4 @@ impl Explained {
             ),
         }
     }
-
-    /// Prints the message on workcell's stderr and returns the exit status.
-    pub fn report(&self) -> i32 {
-        eprint!("{}", self.message());
-        self.code()
-    }
 }

@@ -8,7 +8,7 @@ use clap::Args;
 use std::sync::Arc;
 
 use super::{load_project, ApprovalFlags, Cli, CliError};
-use crate::backend::Selected;
+use crate::backend::{Output, Selected};
 use crate::config::{describe_char, find_config, parse_cpus, parse_memory, parse_pids, parse_timeout, BackendChoice, Limits, MountError, Project};
 use crate::plan::Overrides;
 use crate::run::{RunError, Services, Session, Spec};
@@ -198,7 +198,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
     }
     let service = session.service().clone();
-    let result = session.run();
+    let result = session.run(Output::Inherit).map(|f| f.exit_code);
     if let Some(summary) = service.expansion_summary() {
         eprintln!("{summary}");
     }

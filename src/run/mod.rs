@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
 
-use crate::backend::{self, BackendError, Captured, Selected};
+use crate::backend::{self, Attached, BackendError, Finished, Output, Selected};
 use crate::config::{BackendChoice, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides, PlanError, BROKER_MOUNT_POINT};
 use crate::sandbox::Sandbox;
@@ -72,8 +72,8 @@ pub struct Spec<'a> {
     pub services: Services<'a>,
 }
 
-/// A prepared run: its plan, backend and services exist; [`Session::run`] or
-/// [`Session::run_captured`] carries it out, and dropping it tears the services down.
+/// A prepared run: its plan, backend and services exist; [`Session::run`] carries it out,
+/// and dropping it tears the services down.
 pub struct Session {
     plan: LaunchPlan,
     selected: Selected,
@@ -172,19 +172,13 @@ impl Session {
         &self.service
     }
 
-    /// Runs the worker on workcell's own terminal; returns its exit status.
-    pub fn run(self) -> Result<i32, RunError> {
+    /// Runs the worker, its output to `output` (workcell's terminal, or bounded buffers for
+    /// the caller); returns how it ended.
+    pub fn run(self, output: Output) -> Result<Finished, RunError> {
         tracing::info!(run_id = %self.plan.run_id, backend = self.selected.name(), "starting run");
-        let on_demand = self.broker.as_ref().map(|b| b as &dyn backend::OnDemand);
-        let result = backend::run(self.selected, &self.plan, on_demand);
-        self.record_end(result.as_ref().ok().copied(), result.as_ref().err().map(|e| e.to_string()));
-        Ok(result?)
-    }
-
-    /// Runs the worker with its output captured (bounded); returns its status and output.
-    pub fn run_captured(self) -> Result<Captured, RunError> {
-        let result = backend::run_captured(self.selected, &self.plan);
-        self.record_end(result.as_ref().ok().map(|c| c.exit_code), result.as_ref().err().map(|e| e.to_string()));
+        let attached = Attached { broker: self.broker.as_ref().map(|b| b as &dyn backend::OnDemand) };
+        let result = backend::run(self.selected, &self.plan, output, attached);
+        self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
 use super::audit::AuditLog;
 use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
-use crate::backend::{self, BackendError, Captured};
+use crate::backend::{self, BackendError, Finished, Output};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
 use crate::run::{RunError, Services, Session, Spec};
@@ -60,7 +60,7 @@ pub fn prompter_for(mode: ApprovalMode) -> Option<Box<dyn Prompter>> {
     }
 }
 
-fn to_output(c: Captured) -> ShellOutput {
+fn to_output(c: Finished) -> ShellOutput {
     let (stdout, stdout_cut) = text_of(c.stdout, c.stdout_cut);
     let (stderr, stderr_cut) = text_of(c.stderr, c.stderr_cut);
     ShellOutput { exit_code: c.exit_code, stdout, stderr, timed_out: c.timed_out, stdout_truncated_bytes: stdout_cut, stderr_truncated_bytes: stderr_cut }
@@ -147,7 +147,7 @@ impl SandboxRunner for BackendRunner {
             chain: Vec::new(),
             services: Services::None,
         };
-        Ok(Session::prepare(spec).and_then(Session::run_captured).map(to_output)?)
+        Ok(Session::prepare(spec).and_then(|s| s.run(Output::Capture)).map(to_output)?)
     }
 
     fn workdir(&self, sandbox: &Sandbox) -> String {
@@ -176,6 +176,6 @@ impl SandboxRunner for BackendRunner {
             chain: chain.to_vec(),
             services: Services::Child { input, attachments, instructions: &worker.instructions },
         };
-        Ok(Session::prepare(spec).and_then(Session::run_captured).map(to_output)?)
+        Ok(Session::prepare(spec).and_then(|s| s.run(Output::Capture)).map(to_output)?)
     }
 }

@@ -8,25 +8,26 @@ use std::path::PathBuf;
 
 use super::probe;
 use crate::backend::outcome::Explained;
+use crate::backend::supervise::Notes;
 use crate::backend::EXIT_INTERNAL;
 use crate::plan::{LaunchPlan, SystemEntry};
 
 /// bwrap exited without running the command to its end (it reports no exit code): map the
 /// usual causes to the shell's exit statuses and say what happened.
-pub(super) fn explain_bwrap_failure(plan: &LaunchPlan, code: i32) -> i32 {
+pub(super) fn explain_bwrap_failure(plan: &LaunchPlan, code: i32, notes: &mut Notes) -> i32 {
     let Some(prog) = plan.command.first() else {
         return EXIT_INTERNAL;
     };
     let shown = crate::term::escape(prog);
     match resolve_command(plan, prog) {
-        CommandLookup::NotFound => Explained::NotFound(prog.clone()).report(),
-        CommandLookup::NotExecutable(_) => Explained::NotExecutable(prog.clone()).report(),
+        CommandLookup::NotFound => notes.explain(&Explained::NotFound(prog.clone())),
+        CommandLookup::NotExecutable(_) => notes.explain(&Explained::NotExecutable(prog.clone())),
         CommandLookup::Found | CommandLookup::Unknown => {
             let hint = match probe() {
                 Ok(_) => "see bwrap's message above".to_string(),
                 Err(e) => e.to_string(),
             };
-            eprintln!("workcell: bwrap could not set up the sandbox or start {shown} (bwrap exit status {code}): {hint}");
+            notes.say(&format!("workcell: bwrap could not set up the sandbox or start {shown} (bwrap exit status {code}): {hint}"));
             EXIT_INTERNAL
         }
     }

@@ -1,4 +1,5 @@
-//! bwrap's side channels of one run, and the cgroup v2 handshake both run paths share.
+//! bwrap's side channels of one run, and the cgroup v2 handshake (written once: the
+//! supervision loop drives it for every run).
 //!
 //! `--json-status-fd`: bwrap writes a JSON object with the sandbox's init pid once the
 //! sandbox is set up, and one with the command's exit code when it ran. `--block-fd`: with a
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 use super::BwrapError;
 use crate::backend::cgroup::{CgroupError, RunCgroup};
 
-/// How long to wait for the sandbox's processes to disappear after killing it, and for bwrap
-/// to report a sandbox it is setting up.
+/// How long to wait for the sandbox's processes to disappear after killing it, and for the
+/// rest of bwrap's status once it exited.
 pub(super) const KILL_WAIT: Duration = Duration::from_secs(5);
 
 /// Why a sandbox could not be moved into the run's cgroup.
@@ -23,8 +24,6 @@ pub(super) const KILL_WAIT: Duration = Duration::from_secs(5);
 pub enum AttachError {
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
-    #[error("bwrap did not report its sandbox in time")]
-    NoReport,
 }
 
 /// The parent's ends of bwrap's side channels.
@@ -40,20 +39,15 @@ pub(super) struct Channels {
 }
 
 impl Channels {
-    /// Creates the pipes and names them on `argv` (after argv\[0\]): the status pipe when
-    /// `status` is asked for or the sandbox must wait, and the block pipe when `cgroup` takes
-    /// its processes only after the spawn (v2). `None` when neither is needed; otherwise the
+    /// Creates the pipes and names them on `argv` (after argv\[0\]): the status pipe, and the
+    /// block pipe when `cgroup` takes its processes only after the spawn (v2). Returns the
     /// channels and bwrap's ends of the pipes, for the spawn to pass on.
-    pub(super) fn open(argv: &mut Vec<OsString>, cgroup: Option<&RunCgroup>, status: bool) -> Result<Option<(Channels, Vec<OwnedFd>)>, BwrapError> {
-        let block = cgroup.is_some_and(RunCgroup::needs_attach);
-        if !status && !block {
-            return Ok(None);
-        }
+    pub(super) fn open(argv: &mut Vec<OsString>, cgroup: Option<&RunCgroup>) -> Result<(Channels, Vec<OwnedFd>), BwrapError> {
         let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(BwrapError::Pipe);
         let (status_r, status_w) = pipe()?;
         let mut args = vec![OsString::from("--json-status-fd"), status_w.as_raw_fd().to_string().into()];
         let mut theirs = vec![status_w];
-        let block = if block {
+        let block = if cgroup.is_some_and(RunCgroup::needs_attach) {
             let (block_r, block_w) = pipe()?;
             args.extend([OsString::from("--block-fd"), block_r.as_raw_fd().to_string().into()]);
             theirs.push(block_r);
@@ -62,7 +56,7 @@ impl Channels {
             None
         };
         argv.splice(1..1, args);
-        Ok(Some((Channels { status: StatusPipe::new(status_r), block, held_shut: None }, theirs)))
+        Ok((Channels { status: StatusPipe::new(status_r), block, held_shut: None }, theirs))
     }
 
     /// bwrap reported its sandbox's init: with a sandbox waiting on the block pipe, moves bwrap
@@ -80,53 +74,6 @@ impl Channels {
                 Err(e)
             }
         }
-    }
-
-    /// For a run that is not polled (the captured one): right after the spawn, waits for
-    /// bwrap to report its sandbox (at most [`KILL_WAIT`]) and lets it in through
-    /// [`Channels::started`]. A bwrap that ends before reporting never made a sandbox. On
-    /// failure the sandbox, still blocked, is killed and reaped before this returns.
-    pub(super) fn attach_now(&mut self, child: &mut std::process::Child, cgroup: Option<&RunCgroup>) -> Result<(), AttachError> {
-        if self.block.is_none() {
-            return Ok(());
-        }
-        let until = Instant::now() + KILL_WAIT;
-        let mut init = None;
-        let attached = loop {
-            if let Some((init_pid, _)) = self.status.read_available() {
-                init = Some(init_pid);
-                break self.started(cgroup, child.id() as i32, init_pid).map_err(AttachError::from);
-            }
-            if self.status.fd().is_none() && child.try_wait().is_ok_and(|s| s.is_some()) {
-                break Ok(());
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break Err(AttachError::NoReport);
-            }
-            let wait = left.min(Duration::from_millis(10));
-            match self.status.fd() {
-                Some(fd) => {
-                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
-                    let timeout = rustix::event::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
-                    let _ = rustix::event::poll(&mut fds, Some(&timeout));
-                }
-                None => std::thread::sleep(wait),
-            }
-        };
-        if attached.is_err() {
-            // The sandbox is still blocked: nothing of the worker ran. Its init goes first
-            // (bwrap, its parent, is alive, so the pid cannot have been reused), then bwrap;
-            // only then may the block pipe close.
-            if let Some(p) = init.and_then(rustix::process::Pid::from_raw) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            self.block = None;
-            self.held_shut = None;
-        }
-        attached
     }
 }
 

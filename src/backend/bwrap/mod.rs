@@ -11,7 +11,7 @@
 //! One file per job: `render` is the pure argv ([`render_argv`]) (snapshot-tested); `locate` finds the
 //! binary, its features and whether it works here ([`probe`]); on Linux, `launch` prepares a
 //! run (zones, cgroup, descriptors), `handshake` holds bwrap's status and block pipes and
-//! the cgroup v2 handshake, `supervise` runs the sandbox (supervised, or captured), and
+//! the cgroup v2 handshake, `supervise` is what bwrap adds to the shared supervision loop, and
 //! `diagnose` explains a command bwrap could not start.
 
 #[cfg(target_os = "linux")]
@@ -81,17 +81,11 @@ pub enum BwrapError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot install signal handlers: {0}")]
-    Signals(#[source] std::io::Error),
-    #[error("cannot wait for the sandbox: {0}")]
-    Poll(#[source] rustix::io::Errno),
-    #[error("cannot wait for bwrap: {0}")]
-    Wait(#[source] std::io::Error),
     /// The run's cgroup could not be created, written or entered before the spawn.
     #[error("cannot enforce the run's limits: {0}")]
     Limits(#[source] super::cgroup::CgroupError),
     /// The sandbox could not be moved into the run's cgroup (v2) and was killed while it
-    /// still waited: `stopped` names what never started ("worker" or "command").
+    /// still waited: `stopped` names what never started.
     #[cfg(target_os = "linux")]
     #[error("cannot enforce the run's limits, so the {stopped} was stopped before it started: {source}")]
     NotEntered {
@@ -156,31 +150,17 @@ fn explicit_unenforced(plan: &LaunchPlan, support: &super::cgroup::Support) -> V
     unenforced_limits_with(&quiet, support)
 }
 
-/// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
-/// when the command cannot be executed / is not found, 125 when bwrap itself fails).
-pub fn run(plan: &LaunchPlan, service: Option<&dyn super::OnDemand>) -> Result<i32, BackendError> {
+/// Runs the plan under bwrap, its output to `output`; the exit status is the worker's (124 on
+/// timeout, 126/127 when the command cannot be executed / is not found, 125 when bwrap itself
+/// fails).
+pub fn run(plan: &LaunchPlan, output: super::Output, attached: super::Attached<'_>) -> Result<super::Finished, BackendError> {
     #[cfg(target_os = "linux")]
     {
-        supervise::run(plan, service)
+        supervise::run(plan, output, attached)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (plan, service);
-        Err(not_linux())
-    }
-}
-
-/// Runs the plan under bwrap with output captured (the shell tool, child workers), with the
-/// same per-run cgroup limits as [`run`]. The timeout kills bwrap's whole process group;
-/// `--die-with-parent` and the pid namespace take every process of the sandbox with it.
-pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
-    #[cfg(target_os = "linux")]
-    {
-        supervise::run_captured(plan)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = plan;
+        let _ = (plan, output, attached);
         Err(not_linux())
     }
 }

@@ -164,34 +164,36 @@ pub fn probe() -> Result<String, BackendError> {
     Ok(r?)
 }
 
-/// Runs the plan in a container; returns the worker's exit status (124 on timeout,
-/// 130/143/129 when workcell is interrupted, 126/127 when the command cannot be run).
-/// The container is removed on every path that workcell survives.
-pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+/// Runs the plan in a container, its output to `output`; the exit status is the worker's
+/// (124 on timeout, 130/143/129 when workcell is interrupted, 126/127 when the command cannot
+/// be run). The container is removed on every path that workcell survives.
+pub fn run(plan: &LaunchPlan, output: super::Output) -> Result<super::Finished, BackendError> {
+    let sink = match output {
+        super::Output::Inherit => runner::Sink::Inherit,
+        super::Output::Capture => runner::Sink::Capture(std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()))),
+    };
+    let mut notes = super::supervise::Notes::new(output);
     let rt = runtime()?;
-    let r = rt.block_on(runner::run(plan));
+    let r = rt.block_on(runner::run(plan, sink.clone(), &mut notes));
     // Do not wait for the blocking thread that may still sit in a read of our stdin.
     rt.shutdown_background();
-    Ok(r?)
-}
-
-/// Runs the plan in a container with stdout and stderr captured (the shell tool, child
-/// workers). The container is removed on every path, as with [`run`].
-pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
-    let buf = std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()));
-    let rt = runtime()?;
-    let r = rt.block_on(runner::run_with(plan, runner::Sink::Capture(buf.clone())));
-    rt.shutdown_background();
-    let code = r?;
-    let streams = buf.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default();
-    Ok(streams.into_captured(code, code == super::EXIT_TIMEOUT && plan.timeout().is_some()))
+    let (code, timed_out) = r?;
+    let streams = match sink {
+        runner::Sink::Capture(buf) => buf.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default(),
+        runner::Sink::Inherit => super::capture::Streams::default(),
+    };
+    let mut finished = streams.into_finished(code, timed_out);
+    let mut stderr = super::capture::Bounded::new(0);
+    notes.append_to(&mut stderr);
+    finished.stderr.extend_from_slice(&stderr.kept);
+    Ok(finished)
 }
 
 /// Runs `args` inside the already running container of `plan` (the shell tool during a
 /// docker run: the command sees exactly the worker's mounts, `/tmp` and network), with
 /// output captured. With `image: host` the command is wrapped in the host's `timeout` so
 /// it is killed at the deadline; otherwise workcell stops waiting and reports the timeout.
-pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Duration) -> Result<super::Captured, BackendError> {
+pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Duration) -> Result<super::Finished, BackendError> {
     use bollard::exec::{CreateExecOptions, StartExecResults};
     use futures_util::StreamExt;
     let name = render::container_name(plan);
@@ -202,7 +204,7 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
     cmd.extend(args.iter().cloned());
     let env: Vec<String> = plan.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let rt = runtime()?;
-    let result: Result<super::Captured, DockerError> = rt.block_on(async {
+    let result: Result<super::Finished, DockerError> = rt.block_on(async {
         let docker = connect().await?;
         let opts = CreateExecOptions {
             cmd: Some(cmd),
@@ -230,14 +232,14 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
             };
             // A little grace beyond the in-container `timeout`, which does the killing.
             if tokio::time::timeout(timeout + std::time::Duration::from_secs(2), collect).await.is_err() {
-                return Ok(streams.into_captured(super::EXIT_TIMEOUT, true));
+                return Ok(streams.into_finished(super::EXIT_TIMEOUT, true));
             }
         }
         let inspect = docker.inspect_exec(&exec.id).await.map_err(|e| DockerError::Api { what: format!("inspect exec in {name}"), source: e })?;
         let code = inspect.exit_code.and_then(|c| i32::try_from(c).ok()).unwrap_or(super::EXIT_INTERNAL);
         // `timeout -s KILL` ends with 137 when it killed the command.
         let timed_out = plan.image == crate::config::ImageRef::Host && code == 137;
-        Ok(streams.into_captured(if timed_out { super::EXIT_TIMEOUT } else { code }, timed_out))
+        Ok(streams.into_finished(if timed_out { super::EXIT_TIMEOUT } else { code }, timed_out))
     });
     rt.shutdown_background();
     Ok(result?)

@@ -15,6 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use super::container::remove;
 use super::{image, render, DockerError};
 use crate::backend::outcome::Explained;
+use crate::backend::supervise::Notes;
 use crate::plan::LaunchPlan;
 
 /// Label holding the pid of the workcell process that owns a container; `workcell gc`
@@ -24,6 +25,8 @@ pub const LABEL_PID: &str = "dev.workcell.pid";
 /// How a supervised run ended, before cleanup.
 enum Ended {
     Exited(i32),
+    /// The runtime could not execute the command (126/127).
+    Unrunnable(Explained),
     /// Killed by the kernel for exceeding the memory limit (the exit status, usually 137).
     OomKilled(i32),
     TimedOut,
@@ -40,12 +43,9 @@ pub enum Sink {
     Capture(std::sync::Arc<std::sync::Mutex<crate::backend::capture::Streams>>),
 }
 
-pub async fn run(plan: &LaunchPlan) -> Result<i32, DockerError> {
-    run_with(plan, Sink::Inherit).await
-}
-
-/// [`run`] with the output sent to `sink`.
-pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError> {
+/// Runs the plan with its output sent to `sink` and workcell's own words to `notes`; returns
+/// the exit status and whether the timeout ended the run.
+pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes) -> Result<(i32, bool), DockerError> {
     // Signal handlers first: a Ctrl-C at any point after this still removes the container.
     let sig = |k: SignalKind| signal(k).map_err(|source| DockerError::Io { what: "cannot install a signal handler".into(), source });
     let mut sigint = sig(SignalKind::interrupt())?;
@@ -55,9 +55,9 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
     let docker = super::connect().await?;
     let image = tokio::select! {
         r = image::ensure(&docker, plan) => r?,
-        _ = sigint.recv() => return Ok(130),
-        _ = sigterm.recv() => return Ok(143),
-        _ = sighup.recv() => return Ok(129),
+        _ = sigint.recv() => return Ok((130, false)),
+        _ = sigterm.recv() => return Ok((143, false)),
+        _ = sighup.recv() => return Ok((129, false)),
     };
     // Zones are bound as the handles that were checked (see `staging`); the staging mounts
     // go as soon as the container has started, and on every other path with `staging`.
@@ -84,15 +84,16 @@ pub async fn run_with(plan: &LaunchPlan, sink: Sink) -> Result<i32, DockerError>
         r.disarm();
     }
     match ended? {
-        Ended::Exited(code) => Ok(code),
+        Ended::Exited(code) => Ok((code, false)),
+        Ended::Unrunnable(why) => Ok((notes.explain(&why), false)),
         Ended::OomKilled(code) => {
-            Explained::OutOfMemory(plan.limits.memory_bytes).report();
-            Ok(code)
+            notes.explain(&Explained::OutOfMemory(plan.limits.memory_bytes));
+            Ok((code, false))
         }
-        Ended::TimedOut => Ok(Explained::TimedOut(plan.timeout()).report()),
+        Ended::TimedOut => Ok((notes.explain(&Explained::TimedOut(plan.timeout())), true)),
         Ended::Signalled(code, name) => {
-            eprintln!("workcell: interrupted by {name}; the container was removed");
-            Ok(code)
+            notes.say(&format!("workcell: interrupted by {name}; the container was removed"));
+            Ok((code, false))
         }
     }
 }
@@ -344,10 +345,10 @@ fn start_error(plan: &LaunchPlan, e: bollard::errors::Error) -> Result<Ended, Do
     let program = plan.command.first().map(String::as_str).unwrap_or_default();
     let lower = msg.to_ascii_lowercase();
     if lower.contains("executable file not found") || (lower.contains("exec:") && lower.contains("no such file or directory")) {
-        return Ok(Ended::Exited(Explained::NotFound(program.to_string()).report()));
+        return Ok(Ended::Unrunnable(Explained::NotFound(program.to_string())));
     }
     if lower.contains("exec:") && lower.contains("permission denied") {
-        return Ok(Ended::Exited(Explained::NotExecutable(program.to_string()).report()));
+        return Ok(Ended::Unrunnable(Explained::NotExecutable(program.to_string())));
     }
     Err(DockerError::Api { what: "start the container".into(), source: e })
 }

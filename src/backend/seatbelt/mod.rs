@@ -171,15 +171,16 @@ pub fn probe() -> Result<(), BackendError> {
     }
 }
 
-/// Runs the plan under `sandbox-exec`; returns the worker's exit status.
-pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+/// Runs the plan under `sandbox-exec`, its output to `output`, under the shared supervision
+/// loop ([`super::supervise`]); works only on macOS.
+pub fn run(plan: &LaunchPlan, output: super::Output, attached: super::Attached<'_>) -> Result<super::Finished, BackendError> {
     #[cfg(target_os = "macos")]
     {
-        macos::run(plan)
+        macos::run(plan, output, attached)
     }
     #[cfg(not(target_os = "macos"))]
     {
-        let _ = plan;
-        probe().map(|_| super::EXIT_INTERNAL)
+        let _ = (plan, output, attached);
+        Err(probe().err().unwrap_or(BackendError::Failed("Seatbelt runs only on macOS".into())))
     }
 }
