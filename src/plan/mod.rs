@@ -24,11 +24,6 @@ use crate::sandbox::{Addressing, Sandbox};
 
 /// Where a root-form sandbox (one directory as virtual `/`) appears inside a worker.
 pub const ROOT_FORM_MOUNT_POINT: &str = "/sandbox";
-/// Label every container and image workcell creates carries.
-pub const LABEL_MANAGED: &str = "dev.workcell.managed";
-pub const LABEL_RUN: &str = "dev.workcell.run";
-pub const LABEL_WORKER: &str = "dev.workcell.worker";
-pub const LABEL_PROJECT: &str = "dev.workcell.project";
 /// PATH inside every worker.
 pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Default limits when neither the worker nor the project sets them.
@@ -151,7 +146,9 @@ pub struct LaunchPlan {
     pub workdir: String,
     pub command: Vec<String>,
     pub limits: Limits,
-    pub labels: BTreeMap<String, String>,
+    /// The project directory the run belongs to (docker labels its containers with it, for
+    /// `workcell gc` and the tests).
+    pub project_dir: PathBuf,
     pub interactive: bool,
     pub tty: bool,
     /// The Docker runtime to run under (`runsc` for gVisor); `None` is the daemon's default.
@@ -418,13 +415,6 @@ impl LaunchPlan {
         limits.pids = limits.pids.or(Some(DEFAULT_PIDS));
         limits.memory_bytes = limits.memory_bytes.or(Some(DEFAULT_MEMORY));
 
-        let mut labels = BTreeMap::new();
-        labels.insert(LABEL_MANAGED.to_string(), "true".to_string());
-        labels.insert(LABEL_RUN.to_string(), run_id.clone());
-        labels.insert(LABEL_PROJECT.to_string(), project.dir.display().to_string());
-        if let Some(w) = &worker_name {
-            labels.insert(LABEL_WORKER.to_string(), w.clone());
-        }
         let named = worker.and_then(|w| w.runtime.clone());
         let runtime = match (&ov.inherited_runtime, &ov.runtime, &project.defaults.runtime) {
             (Some(caller), _, _) => Some(runtime::inherit(worker_name.as_deref(), named, caller, runtime::Floor::Caller)?),
@@ -448,7 +438,7 @@ impl LaunchPlan {
             workdir,
             command,
             limits,
-            labels,
+            project_dir: project.dir.clone(),
             interactive: ov.interactive,
             tty: ov.tty,
             runtime,

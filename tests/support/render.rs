@@ -56,9 +56,6 @@ fn normalise(plan: &mut LaunchPlan) {
     for v in plan.env.values_mut() {
         *v = v.replace(&run_id, "RUNID");
     }
-    for v in plan.labels.values_mut() {
-        *v = v.replace(&run_id, "RUNID");
-    }
     plan.user = UserSpec { uid: 1000, gid: 1000 };
     plan.system = vec![
         SystemEntry::Bind { path: "/usr".into() },

@@ -14,10 +14,11 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
+use super::render::LABEL_MANAGED;
 use super::DockerError;
 use crate::config::ImageRef;
 use crate::plan::accounts::{group_text, passwd_text};
-use crate::plan::{LaunchPlan, SystemEntry, UserSpec, LABEL_MANAGED};
+use crate::plan::{LaunchPlan, SystemEntry, UserSpec};
 
 /// Repository of the host base images.
 pub const HOST_REPO: &str = "workcell-host";

@@ -8,9 +8,10 @@ use bollard::query_parameters::{ListContainersOptions, ListImagesOptions, Remove
 use serde::Serialize;
 
 use super::image::{self, LABEL_KIND};
+use super::render::LABEL_MANAGED;
 use super::runner::LABEL_PID;
 use super::{api_message, DockerError};
-use crate::plan::{host_system_layout, UserSpec, LABEL_MANAGED};
+use crate::plan::{host_system_layout, UserSpec};
 
 /// One socket `doctor` looked at.
 #[derive(Debug, Clone, Serialize)]

@@ -9,6 +9,28 @@ use serde::Serialize;
 
 use crate::plan::LaunchPlan;
 
+/// Label every container and image workcell creates carries.
+pub const LABEL_MANAGED: &str = "dev.workcell.managed";
+/// The run a container belongs to.
+pub const LABEL_RUN: &str = "dev.workcell.run";
+/// The worker a container runs, when the run has one.
+pub const LABEL_WORKER: &str = "dev.workcell.worker";
+/// The project directory a container belongs to.
+pub const LABEL_PROJECT: &str = "dev.workcell.project";
+
+/// The labels of the container of `plan`.
+pub fn labels(plan: &LaunchPlan) -> HashMap<String, String> {
+    let mut labels = HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_RUN.to_string(), plan.run_id.clone()),
+        (LABEL_PROJECT.to_string(), plan.project_dir.display().to_string()),
+    ]);
+    if let Some(w) = &plan.worker {
+        labels.insert(LABEL_WORKER.to_string(), w.clone());
+    }
+    labels
+}
+
 /// The Docker settings of one run: the image reference and the create body sent to
 /// `POST /containers/create`. Printed by `workcell plan` under the `docker` key.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -100,7 +122,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         user: Some(format!("{}:{}", plan.user.uid, plan.user.gid)),
         working_dir: Some(plan.workdir.clone()),
         hostname: Some(crate::plan::WORKER_HOSTNAME.into()),
-        labels: Some(plan.labels.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+        labels: Some(labels(plan)),
         tty: Some(plan.tty),
         attach_stdin: Some(plan.interactive),
         attach_stdout: Some(true),
@@ -140,9 +162,6 @@ mod tests {
         let mut env = BTreeMap::new();
         env.insert("PATH".into(), crate::plan::WORKER_PATH.into());
         env.insert("WORKCELL_ZONES".into(), "/in:ro,/out:rw".into());
-        let mut labels = BTreeMap::new();
-        labels.insert(crate::plan::LABEL_MANAGED.into(), "true".into());
-        labels.insert(crate::plan::LABEL_RUN.into(), "0123456789abcdef".into());
         LaunchPlan {
             run_id: "0123456789abcdef".into(),
             worker: Some("w".into()),
@@ -163,7 +182,7 @@ mod tests {
             workdir: "/out".into(),
             command: vec!["sh".into(), "-c".into(), "ls /in".into()],
             limits: Limits { timeout: None, memory_bytes: Some(64 << 20), cpus: Some(1.5), pids: Some(64) },
-            labels,
+            project_dir: PathBuf::from("/home/u/p"),
             interactive: false,
             tty: false,
             runtime: None,
