@@ -1,6 +1,8 @@
 //! Backends carry out a [`LaunchPlan`](crate::plan::LaunchPlan): Docker (Engine API through
 //! bollard), bubblewrap, Seatbelt, or none. Each renders the plan with a pure function
-//! (snapshot-tested) and runs the rendering; only the runners touch the OS.
+//! (snapshot-tested) and runs the rendering; only the runners touch the OS. [`run`] is the one
+//! entry point, for a run on workcell's terminal and a captured one alike; the backends whose
+//! worker is a host process share one supervision loop ([`supervise`]).
 
 /// Exit status when the plan's timeout killed the worker.
 pub const EXIT_TIMEOUT: i32 = 124;

@@ -303,8 +303,8 @@ impl Broker {
     }
 }
 
-/// The bwrap supervisor polls the listening socket and starts the server on the first
-/// connection.
+/// The supervision loop of a host-process run (bwrap, none, Seatbelt) polls the listening
+/// socket and starts the server on the first connection.
 impl crate::backend::OnDemand for Broker {
     fn wake_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.listener)
