@@ -42,6 +42,12 @@ pub enum BackendError {
         "the {backend} backend cannot run under the runtime '{runtime}' (set by `runtime:` or `--runtime`): a runtime is Docker's, and {backend} runs the worker on the host's kernel. Use --backend docker (or auto, with Docker running), or remove the runtime"
     )]
     RuntimeUnsupported { backend: &'static str, runtime: String },
+    /// The plan's network is filtered by rules, which this backend cannot enforce.
+    #[error("the {backend} backend cannot enforce network rules (network: {{allow: [...]}}): it has no way to make workcell's egress proxy the worker's only way out. Run it with --backend docker or --backend bwrap, or use network: true or false")]
+    EgressUnsupported { backend: &'static str },
+    /// A plan with network rules came without the proxy that enforces them.
+    #[error("the plan's network is filtered by rules, but no egress proxy was started for the run; refusing to run it without one")]
+    EgressMissing,
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),
@@ -59,7 +65,8 @@ pub mod seatbelt;
 pub mod seccomp;
 
 use crate::config::{BackendChoice, ImageRef};
-use crate::plan::LaunchPlan;
+use crate::plan::{LaunchPlan, Network};
+use egress::EgressProxy;
 
 /// The backend that will run a plan, after `auto` selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +93,31 @@ impl Selected {
 /// bwrap or Seatbelt. `none` only when chosen, or when no boundary exists and
 /// `require_os_sandbox` is false.
 pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
+    let selected = select_any(choice, plan, require_os_sandbox)?;
+    enforces_rules(selected, plan)?;
+    Ok(selected)
+}
+
+/// Refuses a plan with network rules on a backend that cannot make the proxy the only way
+/// out (Seatbelt, none): rules that look enforced but are not would be worse than none.
+fn enforces_rules(selected: Selected, plan: &LaunchPlan) -> Result<(), BackendError> {
+    match (plan.network, selected) {
+        (Network::Proxied, Selected::Seatbelt | Selected::None) => Err(BackendError::EgressUnsupported { backend: selected.name() }),
+        _ => Ok(()),
+    }
+}
+
+/// The proxy a plan with network rules needs; refuses a backend that cannot enforce them.
+fn egress_for<'a>(selected: Selected, plan: &LaunchPlan, egress: Option<&'a dyn EgressProxy>) -> Result<Option<&'a dyn EgressProxy>, BackendError> {
+    enforces_rules(selected, plan)?;
+    match (plan.network, egress) {
+        (Network::Proxied, None) => Err(BackendError::EgressMissing),
+        (Network::Proxied, e) => Ok(e),
+        _ => Ok(None),
+    }
+}
+
+fn select_any(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
     if let Some(runtime) = &plan.runtime {
         return with_runtime(choice, runtime);
     }
@@ -176,7 +208,10 @@ pub trait OnDemand {
 
 /// Runs `plan` on the selected backend; returns the exit status. `service`, if any, is
 /// started before the worker or, under bwrap, when the worker first connects to it.
-pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
+/// `egress` is the run's proxy, which a plan with network rules needs (the backend hands it
+/// the listener the worker reaches).
+pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>, egress: Option<&dyn EgressProxy>) -> Result<i32, BackendError> {
+    let _egress = egress_for(selected, plan, egress)?;
     if selected == Selected::Bwrap {
         return bwrap::run(plan, service);
     }
@@ -202,8 +237,10 @@ pub struct Captured {
     pub timed_out: bool,
 }
 
-/// Runs `plan` on the selected backend with stdout and stderr captured.
-pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, BackendError> {
+/// Runs `plan` on the selected backend with stdout and stderr captured (`egress` as for
+/// [`run`]).
+pub fn run_captured(selected: Selected, plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<Captured, BackendError> {
+    let _egress = egress_for(selected, plan, egress)?;
     match selected {
         Selected::Docker => docker::run_captured(plan),
         Selected::Bwrap => bwrap::run_captured(plan),

@@ -57,7 +57,7 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
         println!("image:    {}", image_text(&plan.image));
         println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
-        println!("network:  {}", if plan.network.is_open() { "on" } else { "off (loopback only)" });
+        println!("network:  {}", network_text(&plan));
         println!("workdir:  {}", escape(&plan.workdir));
         println!("user:     {}:{}", plan.user.uid, plan.user.gid);
         println!("mounts:");
@@ -81,6 +81,19 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         print_docker(&docker);
     }
     Ok(0)
+}
+
+/// `off (loopback only)`, `on`, or `proxied` followed by the rules, one layer a line.
+fn network_text(plan: &LaunchPlan) -> String {
+    match (plan.network, &plan.egress) {
+        (crate::plan::Network::Off, _) => "off (loopback only)".into(),
+        (crate::plan::Network::Open, _) => "on".into(),
+        (crate::plan::Network::Proxied, policy) => {
+            let rules = policy.as_ref().map(|p| p.describe(usize::MAX)).unwrap_or_default();
+            let lines: Vec<String> = rules.lines().map(|l| format!("\n  {}", escape(l))).collect();
+            format!("proxied (only through workcell's egress proxy){}", lines.concat())
+        }
+    }
 }
 
 /// The image as it is written in a worker file: `host`, a name, or `build: DIR`.

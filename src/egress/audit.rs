@@ -39,7 +39,8 @@ struct Inner {
 
 impl Record {
     pub fn new(log: Option<AuditLog>, peer: SocketAddr, activity: Arc<Activity>) -> Record {
-        let state = State { protocol: "unknown", verdict: "malformed", reason: Some("the connection closed before a complete request".into()), ..State::default() };
+        let state =
+            State { protocol: "unknown", verdict: "malformed", reason: Some("the connection closed before a complete request".into()), ..State::default() };
         Record(Arc::new(Inner { log, peer, activity, state: Mutex::new(state) }))
     }
 

@@ -6,8 +6,8 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use hyper::body::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use hyper::body::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -85,7 +85,10 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>, record: Record
         Some("http") => {}
         Some(_) => {
             record.malformed(format!("absolute-form request for scheme {:?}", uri.scheme_str()));
-            return text(StatusCode::BAD_REQUEST, "workcell egress proxy: only http:// is forwarded; for https use CONNECT (clients do when HTTPS_PROXY is set)\n".into());
+            return text(
+                StatusCode::BAD_REQUEST,
+                "workcell egress proxy: only http:// is forwarded; for https use CONNECT (clients do when HTTPS_PROXY is set)\n".into(),
+            );
         }
         None => {
             record.malformed("a request in origin form");

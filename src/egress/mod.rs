@@ -70,12 +70,7 @@ impl Shared {
     /// The body of a refusal: what was refused, why, and what this run may reach.
     fn explain(&self, asked: &str, refusal: &Refusal) -> String {
         let head = if refusal.by_policy() { "refused" } else { "could not connect to" };
-        format!(
-            "workcell egress proxy {head} {}: {}\n\n{}",
-            crate::term::escape(asked),
-            crate::term::escape(&refusal.reason),
-            self.policy.describe(4096)
-        )
+        format!("workcell egress proxy {head} {}: {}\n\n{}", crate::term::escape(asked), crate::term::escape(&refusal.reason), self.policy.describe(4096))
     }
 }
 
@@ -170,9 +165,7 @@ impl Drop for Proxy {
 fn admitted(peers: Peers, peer: SocketAddr) -> bool {
     match peers {
         Peers::Any => true,
-        Peers::Within { network, prefix } => {
-            ipnet::IpNet::new(network, prefix).map(|n| n.trunc().contains(&peer.ip().to_canonical())).unwrap_or(false)
-        }
+        Peers::Within { network, prefix } => ipnet::IpNet::new(network, prefix).map(|n| n.trunc().contains(&peer.ip().to_canonical())).unwrap_or(false),
     }
 }
 

@@ -85,6 +85,17 @@ impl Access {
     }
 }
 
+impl From<bool> for Access {
+    /// `true`: the host's network; `false`: loopback only.
+    fn from(open: bool) -> Access {
+        if open {
+            Access::Open
+        } else {
+            Access::Off
+        }
+    }
+}
+
 /// A destination as the worker asked for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Host {
@@ -147,7 +158,8 @@ impl Policy {
     /// Whether an answer of `ip` may be connected to although it is in a special range: only
     /// when every layer allows it by address or network.
     pub fn address_allowed(&self, ip: IpAddr, port: u16) -> bool {
-        !self.layers.is_empty() && self.layers.iter().all(|l| l.allow.iter().any(|e| matches!(e.target, Target::Ip(_) | Target::Net(_)) && e.matches_ip(ip, port)))
+        !self.layers.is_empty()
+            && self.layers.iter().all(|l| l.allow.iter().any(|e| matches!(e.target, Target::Ip(_) | Target::Net(_)) && e.matches_ip(ip, port)))
     }
 
     /// What this policy lets through, for refusals and plans, at most `limit` bytes.

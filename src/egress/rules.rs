@@ -189,7 +189,8 @@ fn parse_parts(text: &str, default: Ports) -> Result<(Target, Ports), EntryError
         Some((h, p)) => (h, parse_port(p)?),
         None => (text, default),
     };
-    let looks_numeric = host.rsplit('.').next().is_some_and(|last| !last.is_empty() && last.split('/').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit())));
+    let looks_numeric =
+        host.rsplit('.').next().is_some_and(|last| !last.is_empty() && last.split('/').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit())));
     if host.contains('/') || looks_numeric {
         return Ok((parse_address(host)?, ports));
     }

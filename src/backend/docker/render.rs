@@ -158,6 +158,7 @@ mod tests {
             ],
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
             network: if network { crate::plan::Network::Open } else { crate::plan::Network::Off },
+            egress: None,
             env,
             user: UserSpec { uid: 1000, gid: 1000 },
             workdir: "/out".into(),
