@@ -73,6 +73,8 @@ pub struct Entry {
     pub text: String,
     pub target: Target,
     pub ports: Ports,
+    /// Whether `text` names the port itself (else `ports` is the list's default).
+    pub port_written: bool,
     /// Where it was written (`workcell.yaml:5:12`), for refusals and plans.
     pub origin: String,
 }
@@ -90,7 +92,11 @@ impl Serialize for Entry {
 
 impl fmt::Display for Entry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.text, self.ports)
+        if self.port_written {
+            f.write_str(&self.text)
+        } else {
+            write!(f, "{} ({})", self.text, self.ports)
+        }
     }
 }
 
@@ -119,8 +125,8 @@ impl Entry {
     /// Parses `text`; `default` are the ports of an entry written without one (allow: 80 and
     /// 443; deny: every port, so that denying a name never leaves a port open).
     pub fn parse(text: &str, default: Ports, origin: impl Into<String>) -> Result<Entry, EntryError> {
-        let (target, ports) = parse_parts(text.trim(), default)?;
-        Ok(Entry { text: text.trim().to_string(), target, ports, origin: origin.into() })
+        let (target, ports, port_written) = parse_parts(text.trim(), default)?;
+        Ok(Entry { text: text.trim().to_string(), target, ports, port_written, origin: origin.into() })
     }
 
     /// Whether this entry admits `name` on `port`.
@@ -164,7 +170,13 @@ fn is_below(name: &str, suffix: &str) -> bool {
     name.len() > suffix.len() + 1 && name.ends_with(suffix) && name.as_bytes()[name.len() - suffix.len() - 1] == b'.'
 }
 
-fn parse_parts(text: &str, default: Ports) -> Result<(Target, Ports), EntryError> {
+fn parse_parts(text: &str, default: Ports) -> Result<(Target, Ports, bool), EntryError> {
+    let (target, ports) = parse_target_ports(text)?;
+    Ok((target, ports.unwrap_or(default), ports.is_some()))
+}
+
+/// The target, and the port when one is written.
+fn parse_target_ports(text: &str) -> Result<(Target, Option<Ports>), EntryError> {
     if text.is_empty() {
         return Err(EntryError::Empty);
     }
@@ -172,22 +184,22 @@ fn parse_parts(text: &str, default: Ports) -> Result<(Target, Ports), EntryError
     if let Some(rest) = text.strip_prefix('[') {
         let (inside, after) = rest.split_once(']').ok_or_else(|| EntryError::BadAddress { text: text.into() })?;
         let ports = match after {
-            "" => default,
-            p => parse_port(p.strip_prefix(':').ok_or_else(|| EntryError::BadAddress { text: text.into() })?)?,
+            "" => None,
+            p => Some(parse_port(p.strip_prefix(':').ok_or_else(|| EntryError::BadAddress { text: text.into() })?)?),
         };
         return Ok((parse_address(inside)?, ports));
     }
     // A bare IPv6 address or network: colons belong to it, there is no port.
     if text.matches(':').count() > 1 {
         return match parse_address(text) {
-            Ok(t) => Ok((t, default)),
+            Ok(t) => Ok((t, None)),
             Err(_) if text.rsplit_once(':').is_some_and(|(a, _)| parse_address(a).is_ok()) => Err(EntryError::Unbracketed),
             Err(e) => Err(e),
         };
     }
     let (host, ports) = match text.rsplit_once(':') {
-        Some((h, p)) => (h, parse_port(p)?),
-        None => (text, default),
+        Some((h, p)) => (h, Some(parse_port(p)?)),
+        None => (text, None),
     };
     let looks_numeric =
         host.rsplit('.').next().is_some_and(|last| !last.is_empty() && last.split('/').next().is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit())));
