@@ -133,6 +133,25 @@ fn worker_narrows_and_keeps_hosts() {
 }
 
 #[test]
+fn a_called_worker_gets_both_layers_and_the_callers_hosts() {
+    let caller = "---\nnetwork:\n  allow: [pypi.org, \"files.pythonhosted.org\"]\n---\n";
+    let child = "---\nnetwork:\n  allow: [\"*.pythonhosted.org\"]\n---\n";
+    let (_tmp, r) = load(&project_with(PROJECT), &[("caller", caller), ("child", child)]);
+    let p = r.unwrap();
+    // What call_worker does: the child's own network under the caller's current one.
+    let called = p.workers["caller"].sandbox.clone().network_narrowed_by(p.workers["child"].sandbox.network_access());
+    let policy = called.network_access().policy().unwrap().clone();
+    assert_eq!(policy.layers.len(), 3, "project, caller, child: {policy:?}");
+    assert!(matches!(policy.judge(&name("files.pythonhosted.org"), 443), Verdict::Allowed { .. }));
+    assert!(matches!(policy.judge(&name("cdn.pythonhosted.org"), 443), Verdict::Unlisted { .. }), "not in the caller's list");
+    assert!(matches!(policy.judge(&name("pypi.org"), 443), Verdict::Unlisted { .. }), "not in the child's list");
+    assert!(matches!(policy.judge(&name("evil.pythonhosted.org"), 443), Verdict::Denied { .. }), "the project's deny holds");
+    assert!(policy.hosts.contains_key("registry.internal"));
+    let off = p.workers["caller"].sandbox.clone().without_network().network_narrowed_by(p.workers["child"].sandbox.network_access());
+    assert_eq!(*off.network_access(), Access::Off, "a caller without network gives none");
+}
+
+#[test]
 fn plan_is_proxied() {
     let (_tmp, r) = load(&project_with(PROJECT), &[]);
     let p = r.unwrap();
