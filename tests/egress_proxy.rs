@@ -18,7 +18,8 @@ use workcell::tools::audit::AuditLog;
 /// A generous deadline that only turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
 
-/// An HTTP server on `ip`: every request gets `200` and a body naming the path.
+/// An HTTP server on `ip`: every request gets `200` and a body naming the path and the Host
+/// header it came with.
 fn web_server(ip: &str) -> SocketAddr {
     let l = TcpListener::bind((ip, 0)).expect("bind a test server on loopback");
     let addr = l.local_addr().unwrap();
@@ -31,16 +32,18 @@ fn web_server(ip: &str) -> SocketAddr {
                 if r.read_line(&mut first).is_err() {
                     return;
                 }
+                let mut host = String::new();
                 loop {
                     let mut line = String::new();
                     match r.read_line(&mut line) {
                         Ok(0) | Err(_) => return,
                         Ok(_) if line == "\r\n" => break,
+                        Ok(_) if line.to_ascii_lowercase().starts_with("host:") => host = line[5..].trim().to_string(),
                         Ok(_) => {}
                     }
                 }
                 let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
-                let body = format!("hello from the test server: {path}");
+                let body = format!("hello from the test server: {path} (host {host})");
                 let mut s = s;
                 let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
             });
@@ -151,7 +154,7 @@ fn forward_get_through_a_static_name() {
     let host = format!("allowed.test:{}", f.web.port());
     let answer = get(f.addr, &host, "/simple");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(answer.ends_with("hello from the test server: /simple"), "the path reaches the server in origin form: {answer}");
+    assert!(answer.ends_with(&format!("hello from the test server: /simple (host {host})")), "the path reaches the server in origin form: {answer}");
     let line = audit_line(&f.dir, |v| v["destination"] == host.as_str());
     assert_eq!(line["verdict"], "allowed", "{line}");
     assert_eq!(line["protocol"], "http");
@@ -159,6 +162,9 @@ fn forward_get_through_a_static_name() {
     assert!(line["rule"].as_str().unwrap().contains("allowed.test"), "{line}");
     assert!(line["bytes_up"].as_u64().unwrap() > 0 && line["bytes_down"].as_u64().unwrap() > 0, "{line}");
     assert!(line["duration_ms"].is_u64());
+    // The destination sees the host that was judged, whatever Host the worker wrote.
+    let spoofed = exchange(f.addr, &format!("GET http://{host}/x HTTP/1.1\r\nHost: elsewhere.example\r\n\r\n"));
+    assert!(spoofed.ends_with(&format!("/x (host {host})")), "{spoofed}");
 }
 
 #[test]
@@ -365,6 +371,6 @@ fn survives_a_flood() {
     assert!(grown < 128 * 1024, "the process grew by {grown} KiB during the flood");
     drop(slow);
     wait_for("the unfinished connections to end", || f.proxy.stats().active == 0);
-    assert!(get(f.addr, &good, "/after").ends_with("hello from the test server: /after"), "still serving");
+    assert!(get(f.addr, &good, "/after").contains("hello from the test server: /after"), "still serving");
     assert!(f.proxy.stats().peak <= MAX_CONNECTIONS);
 }

@@ -112,10 +112,17 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>, record: Record
     *req.uri_mut() = path.parse().unwrap_or_else(|_| hyper::Uri::from_static("/"));
     strip_hop_by_hop(req.headers_mut());
     req.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-    if !req.headers().contains_key(header::HOST) {
-        if let Ok(h) = HeaderValue::from_str(authority.as_str()) {
+    // The Host the destination sees is the one judged: a different one could reach another
+    // site served from the same address (a CDN's), which no rule allowed.
+    let judged = match authority.port_u16() {
+        Some(p) => format!("{}:{p}", authority.host()),
+        None => authority.host().to_string(),
+    };
+    match HeaderValue::from_str(&judged) {
+        Ok(h) => {
             req.headers_mut().insert(header::HOST, h);
         }
+        Err(_) => return failed(&record, format!("'{}' cannot be sent as a Host header", crate::term::escape(&judged))),
     }
     let upstream = Metered::new(opened.stream, activity.clone(), Side::Destination);
     let handshake = hyper::client::conn::http1::Builder::new().max_buf_size(MAX_HEAD_BYTES).handshake::<_, Incoming>(TokioIo::new(upstream)).await;

@@ -188,19 +188,22 @@ impl Session {
     }
 
     /// Runs the worker on workcell's own terminal; returns its exit status.
-    pub fn run(self) -> Result<i32, RunError> {
+    pub fn run(mut self) -> Result<i32, RunError> {
         tracing::info!(run_id = %self.plan.run_id, backend = self.selected.name(), "starting run");
         let on_demand = self.broker.as_ref().map(|b| b as &dyn backend::OnDemand);
         let egress = self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy);
         let result = backend::run(self.selected, &self.plan, on_demand, egress);
+        // Stopped first, so that the lines of connections still open come before run_end.
+        drop(self.egress.take());
         self.record_end(result.as_ref().ok().copied(), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }
 
     /// Runs the worker with its output captured (bounded); returns its status and output.
-    pub fn run_captured(self) -> Result<Captured, RunError> {
+    pub fn run_captured(mut self) -> Result<Captured, RunError> {
         let egress = self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy);
         let result = backend::run_captured(self.selected, &self.plan, egress);
+        drop(self.egress.take());
         self.record_end(result.as_ref().ok().map(|c| c.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }
