@@ -162,6 +162,45 @@ fn plan_is_proxied() {
     assert!(plan.egress.is_some());
 }
 
+/// Seatbelt and `none` cannot make the proxy the only way out: a plan with rules is refused
+/// there, and no backend runs it without its proxy.
+#[test]
+fn rules_need_a_backend_that_enforces_them() {
+    use workcell::backend::{self, BackendError, Selected};
+    let (_tmp, r) = load(&project_with(PROJECT), &[]);
+    let p = r.unwrap();
+    let ov = workcell::plan::Overrides { command: Some(vec!["true".into()]), ..Default::default() };
+    let plan = workcell::plan::LaunchPlan::build(&p, None, &p.sandbox, &ov).unwrap();
+    let e = backend::select(workcell::config::BackendChoice::None, &plan, false).unwrap_err();
+    assert!(matches!(e, BackendError::EgressUnsupported { backend: "none" }), "{e}");
+    assert!(e.to_string().contains("cannot enforce network rules"), "{e}");
+    for selected in [Selected::None, Selected::Seatbelt] {
+        assert!(matches!(backend::run_captured(selected, &plan, None), Err(BackendError::EgressUnsupported { .. })));
+    }
+    for selected in [Selected::Bwrap, Selected::Docker] {
+        assert!(matches!(backend::run_captured(selected, &plan, None), Err(BackendError::EgressMissing)), "never run without the proxy");
+    }
+}
+
+/// `ask: true` goes through the run's approvals: the mode answers, the decision is audited.
+#[test]
+fn ask_uses_the_runs_approvals() {
+    use workcell::tools::approval::ApprovalMode;
+    use workcell::tools::runner::BackendRunner;
+    use workcell::tools::service::Caller;
+    let (tmp, r) = load(&project_with(PROJECT), &[]);
+    let p = Arc::new(r.unwrap());
+    for (mode, approved) in [(ApprovalMode::ApproveAll, true), (ApprovalMode::Strict, false)] {
+        let service = BackendRunner::new(p.clone(), workcell::config::BackendChoice::Auto, mode).service_for(Caller::default(), p.sandbox.clone(), "ask-test");
+        assert_eq!(service.consent_to_connect("asked.test:443").is_ok(), approved, "{mode:?}");
+    }
+    let log = fs::read_to_string(workcell::tools::audit::audit_path(&fs::canonicalize(tmp.path()).unwrap())).unwrap();
+    let decisions: Vec<serde_json::Value> =
+        log.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|v| v["event"] == "decision" && v["action"] == "connect").collect();
+    assert_eq!(decisions.len(), 2, "{log}");
+    assert_eq!(decisions[0]["subject"], "asked.test:443");
+}
+
 // --- properties -------------------------------------------------------------------------
 
 const TEXTS: &[&str] = &[
