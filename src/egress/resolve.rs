@@ -143,7 +143,7 @@ async fn addresses(policy: &Policy, host: &Host, port: u16) -> Result<(Vec<IpAdd
 }
 
 /// Address ranges that are not the public internet, with the words a refusal uses.
-static SPECIAL: LazyLock<Vec<(IpNet, &'static str)>> = LazyLock::new(|| {
+static RANGES: LazyLock<Vec<(IpNet, &'static str)>> = LazyLock::new(|| {
     [
         ("0.0.0.0/8", "'this network'"),
         ("10.0.0.0/8", "private"),
@@ -180,7 +180,7 @@ static SPECIAL: LazyLock<Vec<(IpNet, &'static str)>> = LazyLock::new(|| {
 /// NAT64, 6to4) are judged by that address too.
 pub fn special(ip: IpAddr) -> Option<&'static str> {
     let ip = ip.to_canonical();
-    if let Some((_, name)) = SPECIAL.iter().find(|(net, _)| net.contains(&ip)) {
+    if let Some((_, name)) = RANGES.iter().find(|(net, _)| net.contains(&ip)) {
         return Some(name);
     }
     if let IpAddr::V6(v6) = ip {
