@@ -201,6 +201,28 @@ fn ask_uses_the_runs_approvals() {
     assert_eq!(decisions[0]["subject"], "asked.test:443");
 }
 
+/// `workcell run --zone` keeps the project's rules (an ad-hoc sandbox is not a way around them):
+/// the `none` backend refuses the run instead of running it with the open network.
+#[test]
+fn adhoc_zones_keep_the_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir_all(dir.join("data")).unwrap();
+    fs::create_dir_all(dir.join("z")).unwrap();
+    fs::write(dir.join("workcell.yaml"), project_with(PROJECT) + "  require_os_sandbox: false\n").unwrap();
+    let out = assert_cmd::Command::cargo_bin("workcell")
+        .unwrap()
+        .current_dir(&dir)
+        .env_remove("RUST_LOG")
+        .args(["run", "--zone", "z=./z", "--backend", "none", "--no-broker", "--", "true"])
+        .write_stdin("")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("cannot enforce network rules"), "{stderr}");
+}
+
 // --- properties -------------------------------------------------------------------------
 
 const TEXTS: &[&str] = &[
