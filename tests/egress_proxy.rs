@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use workcell::backend::egress::{EgressProxy, Peers};
 use workcell::config::Project;
-use workcell::egress::limits::MAX_CONNECTIONS;
+use workcell::egress::limits::{Timeouts, MAX_CONNECTIONS};
 use workcell::egress::{Consent, ConsentDenied, Policy, Proxy};
 use workcell::tools::audit::AuditLog;
 
@@ -96,13 +96,17 @@ fn policy(dir: &Path, rules: &str, web: SocketAddr, echo: SocketAddr, local: Soc
 const RULES: &str = "    allow: [\"allowed.test:WEB\", \"denied.test:WEB\", \"echo.test:ECHO\", \"localhost:LOCAL\", \"asked.test:1\"]\n    deny: [denied.test]\n    hosts: {allowed.test: 127.0.0.2, denied.test: 127.0.0.2, echo.test: 127.0.0.3, asked.test: 127.0.0.2}\n";
 
 fn start(rules: &str, consent: Option<Arc<dyn Consent>>) -> Fixture {
+    start_with(rules, consent, Timeouts::default())
+}
+
+fn start_with(rules: &str, consent: Option<Arc<dyn Consent>>, timeouts: Timeouts) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let dir = std::fs::canonicalize(tmp.path()).unwrap();
     // A server on 127.0.0.1 too, so that a name resolving there would really be served if
     // the proxy connected to it.
     let (web, echo, local) = (web_server("127.0.0.2"), echo_server("127.0.0.3"), web_server("127.0.0.1"));
     let policy = policy(&dir, rules, web, echo, local);
-    let proxy = Proxy::start(policy, Some(AuditLog::new(&dir, "egress-test")), consent).expect("the proxy starts");
+    let proxy = Proxy::start_with(policy, Some(AuditLog::new(&dir, "egress-test")), consent, timeouts).expect("the proxy starts");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     proxy.serve(listener, Peers::Any).expect("the proxy serves");
@@ -373,4 +377,55 @@ fn survives_a_flood() {
     wait_for("the unfinished connections to end", || f.proxy.stats().active == 0);
     assert!(get(f.addr, &good, "/after").contains("hello from the test server: /after"), "still serving");
     assert!(f.proxy.stats().peak <= MAX_CONNECTIONS);
+}
+
+/// Reads until the proxy closes the connection (or the hang deadline fails the test).
+fn read_until_closed(s: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let r = s.read_to_end(&mut out);
+    assert!(
+        !matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
+        "the proxy kept the connection open"
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The audit line of the connection made from `client` (the proxy's peer).
+fn line_of(dir: &Path, client: &TcpStream) -> serde_json::Value {
+    let peer = client.local_addr().unwrap().to_string();
+    audit_line(dir, |v| v["peer"] == peer.as_str())
+}
+
+#[test]
+fn unfinished_heads_are_cut_off() {
+    // Short enough for a test, long enough that the partial heads below are sent in time
+    // even on a busy machine (a late one is still cut off, with another reason).
+    let f = start_with(RULES, None, Timeouts { head: Duration::from_secs(3), ..Timeouts::default() });
+    let mut silent = connect(f.addr);
+    let mut half_http = connect(f.addr);
+    half_http.write_all(b"GET http://allowed.test/ HTTP/1.1\r\nX-Slow: ").unwrap();
+    let mut half_socks = connect(f.addr);
+    half_socks.write_all(&[5, 1, 0, 5, 1, 0, 3]).unwrap();
+    for s in [&mut silent, &mut half_http, &mut half_socks] {
+        let answer = read_until_closed(s);
+        assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408") || answer.starts_with("\u{5}\u{0}"), "{answer:?}");
+        let line = line_of(&f.dir, s);
+        assert_eq!(line["verdict"], "malformed", "{line}");
+        assert!(line["reason"].as_str().is_some_and(|r| r.contains("within 3 s") || r.contains("could not be read")), "{line}");
+    }
+    assert!(line_of(&f.dir, &silent)["reason"].as_str().unwrap().contains("nothing was sent within 3 s"));
+    wait_for("the cut-off connections to end", || f.proxy.stats().active == 0);
+}
+
+#[test]
+fn idle_tunnels_are_closed() {
+    let f = start_with(RULES, None, Timeouts { idle: Duration::from_secs(5), ..Timeouts::default() });
+    let (code, mut s) = socks(f.addr, "echo.test", f.echo.port());
+    assert_eq!(code, 0);
+    // Nothing moves: the proxy closes the tunnel.
+    let rest = read_until_closed(&mut s);
+    assert_eq!(rest, "");
+    let line = line_of(&f.dir, &s);
+    assert_eq!(line["verdict"], "allowed", "{line}");
+    assert!(line["reason"].as_str().is_some_and(|r| r.contains("5 s without traffic")), "{line}");
 }

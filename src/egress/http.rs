@@ -15,7 +15,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use super::audit::Record;
-use super::limits::{Activity, Lease, Metered, Side, HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_HEAD_BYTES};
+use super::limits::{Activity, Lease, Metered, Side, MAX_HEAD_BYTES};
 use super::resolve::{self, Refusal};
 use super::Shared;
 
@@ -24,13 +24,14 @@ type Body = BoxBody<Bytes, hyper::Error>;
 /// Serves one client connection that opened with an HTTP request.
 pub async fn serve(client: Metered<TcpStream>, shared: Arc<Shared>, record: Record, activity: Arc<Activity>, lease: Arc<Lease>) {
     record.protocol("http");
+    let head_timeout = shared.timeouts.head;
     let handler = {
         let record = record.clone();
         hyper::service::service_fn(move |req| handle(req, shared.clone(), record.clone(), activity.clone(), lease.clone()))
     };
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEAD_TIMEOUT)
+        .header_read_timeout(head_timeout)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(false)
         .serve_connection(TokioIo::new(client), handler)
@@ -138,7 +139,7 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>, record: Record
         let mut stop = stop;
         let ended = tokio::select! {
             r = conn => r.err().map(|e| format!("the destination's connection ended with an error: {e}")),
-            _ = idle.idle(IDLE_TIMEOUT) => Some(format!("closed after {} s without traffic", IDLE_TIMEOUT.as_secs())),
+            _ = idle.idle(shared.timeouts.idle) => Some(format!("closed after {} s without traffic", shared.timeouts.idle.as_secs())),
             _ = stop.changed() => Some("the run ended".into()),
         };
         if let Some(e) = ended {

@@ -20,6 +20,21 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// A connection with no byte in either direction for this long is closed.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The time limits a proxy applies (the defaults above; tests shorten them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// To send the request head or the SOCKS handshake.
+    pub head: Duration,
+    /// Without traffic in either direction.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Timeouts {
+        Timeouts { head: HEAD_TIMEOUT, idle: IDLE_TIMEOUT }
+    }
+}
+
 /// How long resolving a name may take.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to one address may take.

@@ -28,7 +28,7 @@ use tokio::sync::{watch, Semaphore};
 use crate::backend::egress::{EgressProxy, Peers};
 use crate::backend::ServiceError;
 use crate::tools::audit::AuditLog;
-use limits::{Activity, Counters, Lease, Metered, Side, Stats, HEAD_TIMEOUT, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_RESOLVERS};
+use limits::{Activity, Counters, Lease, Metered, Side, Stats, Timeouts, MAX_CONNECTIONS, MAX_RESOLVERS};
 pub use policy::{Access, HostEntry, Policy, RuleSet};
 use resolve::Refusal;
 
@@ -64,6 +64,7 @@ pub(crate) struct Shared {
     counters: Arc<Counters>,
     slots: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
+    timeouts: Timeouts,
 }
 
 impl Shared {
@@ -93,6 +94,11 @@ impl Proxy {
     /// Starts the proxy's thread; it serves nothing until [`EgressProxy::serve`] gives it a
     /// listener. Lines go to `log` (none: not recorded, for tests of the proxy alone).
     pub fn start(policy: Arc<Policy>, log: Option<AuditLog>, consent: Option<Arc<dyn Consent>>) -> Result<Proxy, EgressError> {
+        Proxy::start_with(policy, log, consent, Timeouts::default())
+    }
+
+    /// [`Proxy::start`] with other time limits.
+    pub fn start_with(policy: Arc<Policy>, log: Option<AuditLog>, consent: Option<Arc<dyn Consent>>, timeouts: Timeouts) -> Result<Proxy, EgressError> {
         let (stop, stop_rx) = watch::channel(false);
         let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
         let (ready, handle_rx) = std::sync::mpsc::channel();
@@ -118,7 +124,7 @@ impl Proxy {
             })
             .map_err(EgressError::Thread)?;
         let handle = handle_rx.recv().map_err(|_| EgressError::Stopped)?.map_err(EgressError::Runtime)?;
-        let shared = Arc::new(Shared { policy, consent, log, counters: Arc::default(), slots, stop: stop_rx });
+        let shared = Arc::new(Shared { policy, consent, log, counters: Arc::default(), slots, stop: stop_rx, timeouts });
         Ok(Proxy { shared, handle, stop, done: Some(done), thread: Some(thread) })
     }
 
@@ -212,14 +218,14 @@ async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, shared: Arc
     let mut stop = shared.stop.clone();
     let mut first = [0u8; 1];
     let peeked = tokio::select! {
-        r = tokio::time::timeout(HEAD_TIMEOUT, stream.peek(&mut first)) => r,
+        r = tokio::time::timeout(shared.timeouts.head, stream.peek(&mut first)) => r,
         _ = stop.changed() => return,
     };
     match peeked {
         Ok(Ok(1..)) => {}
         Ok(Ok(_)) | Ok(Err(_)) => return,
         Err(_) => {
-            record.malformed(format!("nothing was sent within {} s", HEAD_TIMEOUT.as_secs()));
+            record.malformed(format!("nothing was sent within {} s", shared.timeouts.head.as_secs()));
             return;
         }
     }
@@ -233,7 +239,7 @@ async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, shared: Arc
     };
     tokio::select! {
         _ = served => {}
-        _ = activity.idle(IDLE_TIMEOUT) => record.ended(format!("closed after {} s without traffic", IDLE_TIMEOUT.as_secs())),
+        _ = activity.idle(shared.timeouts.idle) => record.ended(format!("closed after {} s without traffic", shared.timeouts.idle.as_secs())),
         _ = stop.changed() => record.ended("the run ended"),
     }
 }
@@ -248,7 +254,7 @@ where
     let mut stop = shared.stop.clone();
     tokio::select! {
         r = tokio::io::copy_bidirectional(client, upstream) => if let Err(e) = r { record.ended(format!("the tunnel ended with an error: {e}")) },
-        _ = activity.idle(IDLE_TIMEOUT) => record.ended(format!("closed after {} s without traffic", IDLE_TIMEOUT.as_secs())),
+        _ = activity.idle(shared.timeouts.idle) => record.ended(format!("closed after {} s without traffic", shared.timeouts.idle.as_secs())),
         _ = stop.changed() => record.ended("the run ended"),
     }
 }

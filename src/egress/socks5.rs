@@ -9,7 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::audit::Record;
-use super::limits::{Activity, Metered, Side, HEAD_TIMEOUT};
+use super::limits::{Activity, Metered, Side};
 use super::policy::Host;
 use super::resolve::{self, Refusal};
 use super::Shared;
@@ -33,7 +33,7 @@ struct Bad(Option<u8>, String);
 /// Serves one client connection that opened with the SOCKS5 version byte.
 pub async fn serve(mut client: Metered<TcpStream>, shared: Arc<Shared>, record: Record, activity: Arc<Activity>) {
     record.protocol("socks5");
-    let request = match tokio::time::timeout(HEAD_TIMEOUT, handshake(&mut client)).await {
+    let request = match tokio::time::timeout(shared.timeouts.head, handshake(&mut client)).await {
         Ok(Ok(r)) => r,
         Ok(Err(Bad(code, why))) => {
             if let Some(code) = code {
@@ -43,7 +43,7 @@ pub async fn serve(mut client: Metered<TcpStream>, shared: Arc<Shared>, record: 
             return;
         }
         Err(_) => {
-            record.malformed(format!("the SOCKS handshake did not finish within {} s", HEAD_TIMEOUT.as_secs()));
+            record.malformed(format!("the SOCKS handshake did not finish within {} s", shared.timeouts.head.as_secs()));
             return;
         }
     };
