@@ -60,7 +60,7 @@ impl Scene {
 const OUT_RW: &str = "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
 
 fn run(backend: &str, plan: &LaunchPlan) -> Captured {
-    let out = backend::run_captured(selected(backend), plan).expect("the run starts");
+    let out = backend::run_captured(selected(backend), plan, None).expect("the run starts");
     eprintln!("exit {}\nstdout: {}\nstderr: {}", out.exit_code, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     out
 }

@@ -143,7 +143,7 @@ fn build_folder_read_only(backend: &str) {
     let ov = Overrides { command: Some(vec!["sh".into(), "-c".into(), script.into()]), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, None, &project.sandbox, &ov).expect("plan");
     let selected = if backend == "bwrap" { workcell::backend::Selected::Bwrap } else { workcell::backend::Selected::Docker };
-    let out = workcell::backend::run_captured(selected, &plan).expect("run");
+    let out = workcell::backend::run_captured(selected, &plan, None).expect("run");
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.exit_code, 0);
     assert!(dir.join("fine.txt").exists(), "the project stays writable");

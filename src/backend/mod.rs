@@ -45,6 +45,14 @@ pub enum BackendError {
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),
+    /// The plan's network goes only through the egress proxy, which this backend cannot
+    /// enforce.
+    #[error("the {backend} backend cannot confine the network to workcell's egress proxy, so `network: {{allow: [...]}}` cannot run on it; use the docker or bwrap backend (or `network: false`)")]
+    EgressUnsupported { backend: &'static str },
+    /// The plan's network goes only through the egress proxy, and the caller gave none:
+    /// the run does not start rather than start without its rules.
+    #[error("this run may reach the network only through workcell's egress proxy, and none was started for it")]
+    NoEgressProxy,
 }
 
 pub mod bwrap;
@@ -60,6 +68,7 @@ pub mod seccomp;
 
 use crate::config::{BackendChoice, ImageRef};
 use crate::plan::LaunchPlan;
+use egress::EgressProxy;
 
 /// The backend that will run a plan, after `auto` selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,17 +183,34 @@ pub trait OnDemand {
     fn start(&self) -> Result<(), ServiceError>;
 }
 
+/// The proxy a run of `plan` on `selected` serves, checked: `None` when the plan's network
+/// is not proxied (a proxy given anyway is not used); an error when it is and the backend
+/// cannot confine the worker to it, or no proxy was given (fail closed).
+fn egress_for<'a>(selected: Selected, plan: &LaunchPlan, egress: Option<&'a dyn EgressProxy>) -> Result<Option<&'a dyn EgressProxy>, BackendError> {
+    if plan.network != crate::plan::Network::Proxied {
+        return Ok(None);
+    }
+    match selected {
+        Selected::Docker | Selected::Bwrap => egress.map(Some).ok_or(BackendError::NoEgressProxy),
+        Selected::Seatbelt | Selected::None => Err(BackendError::EgressUnsupported { backend: selected.name() }),
+    }
+}
+
 /// Runs `plan` on the selected backend; returns the exit status. `service`, if any, is
 /// started before the worker or, under bwrap, when the worker first connects to it.
-pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
+/// `egress` serves the worker's only way out when the plan's network is
+/// [`Proxied`](crate::plan::Network::Proxied) (required then; see [`egress`]): the backend
+/// makes the listener and calls [`EgressProxy::serve`] before the worker starts.
+pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>, egress: Option<&dyn EgressProxy>) -> Result<i32, BackendError> {
+    let egress = egress_for(selected, plan, egress)?;
     if selected == Selected::Bwrap {
-        return bwrap::run(plan, service);
+        return bwrap::run(plan, service, egress);
     }
     if let Some(s) = service {
         s.start().map_err(BackendError::Service)?;
     }
     match selected {
-        Selected::Docker => docker::run(plan),
+        Selected::Docker => docker::run(plan, egress),
         Selected::Seatbelt => seatbelt::run(plan),
         Selected::Bwrap | Selected::None => none::run(plan),
     }
@@ -202,11 +228,13 @@ pub struct Captured {
     pub timed_out: bool,
 }
 
-/// Runs `plan` on the selected backend with stdout and stderr captured.
-pub fn run_captured(selected: Selected, plan: &LaunchPlan) -> Result<Captured, BackendError> {
+/// Runs `plan` on the selected backend with stdout and stderr captured; `egress` as for
+/// [`run`].
+pub fn run_captured(selected: Selected, plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<Captured, BackendError> {
+    let egress = egress_for(selected, plan, egress)?;
     match selected {
-        Selected::Docker => docker::run_captured(plan),
-        Selected::Bwrap => bwrap::run_captured(plan),
+        Selected::Docker => docker::run_captured(plan, egress),
+        Selected::Bwrap => bwrap::run_captured(plan, egress),
         Selected::Seatbelt => Err(BackendError::Failed("captured runs under Seatbelt are not supported yet".into())),
         Selected::None => none::run_captured(plan),
     }

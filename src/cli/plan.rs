@@ -57,7 +57,7 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
         println!("image:    {}", image_text(&plan.image));
         println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
-        println!("network:  {}", if plan.network.is_open() { "on" } else { "off (loopback only)" });
+        println!("network:  {}", network_text(plan.network));
         println!("workdir:  {}", escape(&plan.workdir));
         println!("user:     {}:{}", plan.user.uid, plan.user.gid);
         println!("mounts:");
@@ -81,6 +81,22 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         print_docker(&docker);
     }
     Ok(0)
+}
+
+/// The worker's network, and for a proxied one how each backend confines it to the proxy.
+fn network_text(network: crate::plan::Network) -> String {
+    use crate::backend::egress::PROXY_PORT;
+    use crate::plan::Network;
+    match network {
+        Network::Off => "off (loopback only)".into(),
+        Network::Open => "on".into(),
+        Network::Proxied => format!(
+            "only through workcell's egress proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY=socks5h://, NO_PROXY for loopback)\n\
+             \x20         bwrap: no interface but loopback; the proxy listens on 127.0.0.1:{PROXY_PORT} inside\n\
+             \x20         docker: an internal network of the run's own, the proxy on its gateway port {PROXY_PORT}, no DNS, \
+             every other port of the host rejected by firewall rules (needs root)"
+        ),
+    }
 }
 
 /// The image as it is written in a worker file: `host`, a name, or `build: DIR`.
@@ -147,6 +163,9 @@ fn print_docker(d: &serde_json::Value) {
     println!("  container:    {}", d["name"].as_str().unwrap_or(""));
     println!("  user:         {}", d["create"]["User"].as_str().unwrap_or(""));
     println!("  network_mode: {}", hc["NetworkMode"].as_str().unwrap_or(""));
+    if hc["Dns"].is_array() {
+        println!("  dns:          {} (nothing answers there)", list(&hc["Dns"]));
+    }
     println!("  cap_drop:     {}", list(&hc["CapDrop"]));
     println!("  security_opt: {}", list(&hc["SecurityOpt"]));
     println!("  read-only /:  {}", hc["ReadonlyRootfs"]);
@@ -199,6 +218,13 @@ mod tests {
         assert_eq!(bytes_text(1536 << 20), "1536 MiB");
         assert_eq!(bytes_text(1000), "1000 bytes");
         assert_eq!(bytes_text(0), "0 bytes");
+    }
+
+    #[test]
+    fn proxied_network_names_each_mechanism() {
+        let t = network_text(crate::plan::Network::Proxied);
+        assert!(t.contains("HTTP_PROXY") && t.contains("127.0.0.1:3128") && t.contains("internal network") && t.contains("needs root"), "{t}");
+        assert_eq!(network_text(crate::plan::Network::Off), "off (loopback only)");
     }
 
     #[test]

@@ -176,14 +176,14 @@ impl Session {
     pub fn run(self) -> Result<i32, RunError> {
         tracing::info!(run_id = %self.plan.run_id, backend = self.selected.name(), "starting run");
         let on_demand = self.broker.as_ref().map(|b| b as &dyn backend::OnDemand);
-        let result = backend::run(self.selected, &self.plan, on_demand);
+        let result = backend::run(self.selected, &self.plan, on_demand, None);
         self.record_end(result.as_ref().ok().copied(), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }
 
     /// Runs the worker with its output captured (bounded); returns its status and output.
     pub fn run_captured(self) -> Result<Captured, RunError> {
-        let result = backend::run_captured(self.selected, &self.plan);
+        let result = backend::run_captured(self.selected, &self.plan, None);
         self.record_end(result.as_ref().ok().map(|c| c.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }
