@@ -4,7 +4,9 @@
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
 
-/// The port the worker's proxy variables name on its side.
+/// The port the worker's proxy variables name on its side under bwrap (its own loopback).
+/// Docker's listener sits on the run network's gateway, on a free port the backend chooses
+/// (a fixed one could clash with a host service listening on every address).
 pub const PROXY_PORT: u16 = 3128;
 
 /// Whose connections a proxy listener serves.

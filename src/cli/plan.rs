@@ -93,7 +93,7 @@ fn network_text(network: crate::plan::Network) -> String {
         Network::Proxied => format!(
             "only through workcell's egress proxy (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY=socks5h://, NO_PROXY for loopback)\n\
              \x20         bwrap: no interface but loopback; the proxy listens on 127.0.0.1:{PROXY_PORT} inside\n\
-             \x20         docker: an internal network of the run's own, the proxy on its gateway port {PROXY_PORT}, no DNS, \
+             \x20         docker: an internal network of the run's own, the proxy on a free port of its gateway, no DNS, \
              every other port of the host rejected by firewall rules (needs root)"
         ),
     }

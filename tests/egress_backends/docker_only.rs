@@ -146,9 +146,9 @@ pub fn victim() {
     let _ = workcell::backend::run_captured(workcell::backend::Selected::Docker, &plan, Some(&proxy));
 }
 
-/// Starts a victim run in `dir` and kills its workcell (this test binary) outright once its
-/// container runs; returns the run's name (container and network).
-fn kill_a_run(dir: &Path) -> String {
+/// Starts a victim run in `dir` and signals its workcell (this test binary) once its
+/// container runs; returns the run's name (container and network) after the victim ended.
+fn signal_a_run(dir: &Path, signal: rustix::process::Signal) -> String {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
         .args(["docker::victim", "--exact", "--nocapture"])
         .env(VICTIM, dir)
@@ -159,27 +159,33 @@ fn kill_a_run(dir: &Path) -> String {
     let id = support::wait_for_running(&label, Duration::from_secs(120));
     let name = Command::new("docker").args(["inspect", "-f", "{{.Name}}", &id]).output().expect("inspect");
     let name = text(&name.stdout).trim().trim_start_matches('/').to_string();
-    child.kill().expect("kill the victim");
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, signal).expect("signal the victim");
     child.wait().expect("reap the victim");
-    assert!(network_exists(&name), "the killed run's network should still be there before cleanup");
-    assert!(!rules_of(&name).is_empty(), "the killed run's firewall rules should still be there before cleanup");
     name
 }
 
-/// A run whose workcell is killed (SIGKILL: no cleanup of its own) leaves its container,
-/// network and rules; the watchdog removes all three, and so does `workcell gc`.
+/// A run whose workcell is interrupted (SIGTERM) removes its network and rules itself; one
+/// whose workcell is killed (SIGKILL: no cleanup of its own) leaves its container, network
+/// and rules, and the watchdog removes all three, and so does `workcell gc`.
 pub fn killed_run_is_cleaned_by_the_watchdog_and_by_gc() {
-    for cleaner in ["watchdog", "gc"] {
+    use rustix::process::Signal;
+    for cleaner in ["interrupt", "watchdog", "gc"] {
         let scene = Scene::new();
-        let name = kill_a_run(&scene.dir);
+        let signal = if cleaner == "interrupt" { Signal::TERM } else { Signal::KILL };
+        let name = signal_a_run(&scene.dir, signal);
         let _left = Leftovers(name.clone());
-        let workcell = assert_cmd::cargo::cargo_bin("workcell");
-        let out = match cleaner {
-            "watchdog" => Command::new(&workcell).args(["__reap", &name]).stdin(Stdio::null()).output().expect("watchdog"),
-            _ => Command::new(&workcell).arg("gc").output().expect("gc"),
-        };
-        eprintln!("{cleaner}: {:?}\n{}{}", out.status, text(&out.stdout), text(&out.stderr));
-        assert!(out.status.success(), "{cleaner} failed");
+        if cleaner != "interrupt" {
+            assert!(network_exists(&name), "the killed run's network should still be there before cleanup");
+            assert!(!rules_of(&name).is_empty(), "the killed run's firewall rules should still be there before cleanup");
+            let workcell = assert_cmd::cargo::cargo_bin("workcell");
+            let out = match cleaner {
+                "watchdog" => Command::new(&workcell).args(["__reap", &name]).stdin(Stdio::null()).output().expect("watchdog"),
+                _ => Command::new(&workcell).arg("gc").output().expect("gc"),
+            };
+            eprintln!("{cleaner}: {:?}\n{}{}", out.status, text(&out.stdout), text(&out.stderr));
+            assert!(out.status.success(), "{cleaner} failed");
+        }
         assert!(support::containers_with_label(&format!("dev.workcell.project={}", scene.dir.display())).is_empty(), "{cleaner} left the container");
         assert!(!network_exists(&name), "{cleaner} left the network {name}");
         assert_eq!(rules_of(&name), Vec::<String>::new(), "{cleaner} left firewall rules");

@@ -1,6 +1,6 @@
 //! The network of a proxied docker run: an internal bridge network of the run's own (no route
-//! out), named and labelled like the container, with the egress proxy listening on its
-//! gateway and the host's firewall closing every other port of the host to it
+//! out), named and labelled like the container, with the egress proxy listening on a free
+//! port of its gateway and the host's firewall closing every other port of the host to it
 //! ([`super::firewall`]). The container is attached to this network only, and its DNS points
 //! at its own loopback, where nothing answers: names resolve only through the proxy.
 //!
@@ -15,7 +15,7 @@ use bollard::models::NetworkCreateRequest;
 use bollard::Docker;
 
 use super::{api_message, firewall, DockerError};
-use crate::backend::egress::{EgressProxy, Peers, PROXY_PORT};
+use crate::backend::egress::{EgressProxy, Peers};
 
 /// Where a proxied container's DNS points: its own loopback, where nothing listens.
 pub const NOWHERE_DNS: &str = "127.0.0.1";
@@ -36,12 +36,15 @@ pub struct RunNetwork {
     pub gateway: Ipv4Addr,
     pub subnet: Ipv4Addr,
     pub prefix: u8,
+    /// The proxy's port on the gateway: a free one, chosen when the listener was bound (a
+    /// fixed port would clash with any host service listening on it on every address).
+    pub port: u16,
 }
 
 impl RunNetwork {
     /// The proxy's address as the worker sees it.
     pub fn proxy(&self) -> SocketAddr {
-        SocketAddr::from((self.gateway, PROXY_PORT))
+        SocketAddr::from((self.gateway, self.port))
     }
 }
 
@@ -53,16 +56,19 @@ pub fn set_proxy_env(env: &mut Vec<String>, proxy: SocketAddr) {
     env.extend(vars.into_iter().map(|(k, v)| format!("{k}={v}")));
 }
 
-/// Makes the network `name` with `labels`, its firewall rules and the proxy's listener on
-/// its gateway, served by `proxy` for peers inside the network only. On failure whatever
-/// was made is removed again.
+/// Makes the network `name` with `labels`, the proxy's listener on its gateway (served by
+/// `proxy` for peers inside the network only) and the firewall rules that leave the worker
+/// that port alone. On failure whatever was made is removed again.
 pub(super) async fn open(docker: &Docker, name: &str, labels: HashMap<String, String>, proxy: &dyn EgressProxy) -> Result<RunNetwork, DockerError> {
     firewall::check()?;
-    let net = create(docker, name, labels).await?;
+    let mut net = create(docker, name, labels).await?;
     let served = (|| -> Result<(), DockerError> {
-        firewall::install(&net.name, &net.bridge, net.gateway, PROXY_PORT)?;
-        let listener = TcpListener::bind(net.proxy())
-            .map_err(|source| DockerError::Io { what: format!("cannot listen on {} for the egress proxy", net.proxy()), source })?;
+        let listener = TcpListener::bind((net.gateway, 0))
+            .map_err(|source| DockerError::Io { what: format!("cannot listen on {} for the egress proxy", net.gateway), source })?;
+        net.port = listener.local_addr().map_err(|source| DockerError::Io { what: "cannot read the egress proxy's port".into(), source })?.port();
+        // The rules before serving: nothing reaches the port meanwhile but the (not yet
+        // created) container, and a failure here leaves nothing to stop.
+        firewall::install(&net.name, &net.bridge, net.gateway, net.port)?;
         proxy
             .serve(listener, Peers::Within { network: net.subnet.into(), prefix: net.prefix })
             .map_err(|e| DockerError::Local(format!("the egress proxy could not start: {e}")))
@@ -95,7 +101,7 @@ async fn create(docker: &Docker, name: &str, labels: HashMap<String, String>) ->
             .find_map(|c| {
                 let gateway: Ipv4Addr = c.gateway?.parse().ok()?;
                 let (subnet, prefix) = c.subnet?.split_once('/').and_then(|(a, p)| Some((a.parse().ok()?, p.parse().ok()?)))?;
-                Some(RunNetwork { name: name.to_string(), bridge: bridge.clone(), gateway, subnet, prefix })
+                Some(RunNetwork { name: name.to_string(), bridge: bridge.clone(), gateway, subnet, prefix, port: 0 })
             })
             .ok_or_else(|| DockerError::Local(format!("the daemon made the network {name} without an IPv4 subnet and gateway")))
     });

@@ -43,6 +43,10 @@ pub enum Sink {
 
 /// Runs `plan` with the output sent to `sink`; `egress` serves a proxied plan's network.
 pub async fn run_with(plan: &LaunchPlan, sink: Sink, egress: Option<&dyn EgressProxy>) -> Result<i32, DockerError> {
+    // A proxied run needs root for its firewall rules: refused before anything is made.
+    if egress.is_some() {
+        super::firewall::check()?;
+    }
     // Signal handlers first: a Ctrl-C at any point after this still removes the container.
     let sig = |k: SignalKind| signal(k).map_err(|source| DockerError::Io { what: "cannot install a signal handler".into(), source });
     let mut sigint = sig(SignalKind::interrupt())?;
