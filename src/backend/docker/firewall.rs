@@ -10,6 +10,10 @@
 //! - anything else from the bridge: rejected (so a tool that ignores the proxy fails at once);
 //! - the proxy port on the gateway from anywhere else (another container, the host): rejected.
 //!
+//! and one at the top of `FORWARD`: anything routed from the bridge is rejected. Docker's own
+//! isolation of internal networks already drops it; the rule makes a tool that tries fail at
+//! once instead of hanging, and holds should Docker's rules be missing.
+//!
 //! Every rule carries the comment `workcell:NAME` (NAME is the run's container and network),
 //! by which the run, its watchdog and `workcell gc` find and remove them. Changing the
 //! firewall needs root; as any other user a proxied docker run is refused before anything is
@@ -76,17 +80,19 @@ pub fn install(name: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> Result
     let comment = ["-m", "comment", "--comment", tag.as_str()];
     let proxy = ["-d", gw.as_str(), "-p", "tcp", "-m", "tcp", "--dport", port.as_str()];
     // Each is inserted at the top, so they end up in reverse: the accept above the rejects.
-    let v4: Vec<Vec<&str>> = vec![
-        [&["!", "-i", bridge][..], &proxy, &comment, &["-j", "REJECT"]].concat(),
-        [&["-i", bridge][..], &comment, &["-j", "REJECT"]].concat(),
-        [&["-i", bridge][..], &proxy, &comment, &["-j", "ACCEPT"]].concat(),
+    let from_bridge = [&["-i", bridge][..], &comment, &["-j", "REJECT"]].concat();
+    let v4: Vec<(&str, Vec<&str>)> = vec![
+        ("FORWARD", from_bridge.clone()),
+        ("INPUT", [&["!", "-i", bridge][..], &proxy, &comment, &["-j", "REJECT"]].concat()),
+        ("INPUT", from_bridge.clone()),
+        ("INPUT", [&["-i", bridge][..], &proxy, &comment, &["-j", "ACCEPT"]].concat()),
     ];
-    let v6: Vec<Vec<&str>> = vec![[&["-i", bridge][..], &comment, &["-j", "REJECT"]].concat()];
+    let v6: Vec<(&str, Vec<&str>)> = vec![("FORWARD", from_bridge.clone()), ("INPUT", from_bridge)];
     let result = (|| {
         for tool in tools() {
             let rules = if tool == "iptables" { &v4 } else { &v6 };
-            for rule in rules {
-                let args: Vec<&str> = ["-w", "-I", "INPUT", "1"].iter().copied().chain(rule.iter().copied()).collect();
+            for (chain, rule) in rules {
+                let args: Vec<&str> = ["-w", "-I", chain, "1"].iter().copied().chain(rule.iter().copied()).collect();
                 run(tool, &args)?;
             }
         }
@@ -101,29 +107,29 @@ pub fn install(name: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> Result
 /// Removes every rule of run `name` (none is fine).
 pub fn remove(name: &str) -> Result<(), FirewallError> {
     let tag = tag(name);
-    let mut first_error = None;
     for tool in tools() {
-        let rules = match list(tool) {
-            Ok(r) => r,
-            Err(e) => {
-                first_error.get_or_insert(e);
-                continue;
-            }
-        };
-        for rule in rules.into_iter().filter(|r| comment_of(r) == Some(tag.as_str())) {
-            // `-A INPUT spec…` as listed, deleted by the same spec.
+        let mut failed = None;
+        for rule in list(tool)?.into_iter().filter(|r| comment_of(r) == Some(tag.as_str())) {
+            // `-A CHAIN spec…` as listed, deleted by the same spec.
             let mut args = vec!["-w".to_string(), "-D".to_string()];
             args.extend(rule.into_iter().skip(1));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             if let Err(e) = run(tool, &args) {
-                first_error.get_or_insert(e);
+                failed.get_or_insert(e);
+            }
+        }
+        // A rule may have gone meanwhile (the watchdog or `gc` removing the same run): only
+        // one still listed is a failure.
+        if let Some(e) = failed {
+            if list(tool)?.iter().any(|r| comment_of(r) == Some(tag.as_str())) {
+                return Err(e);
             }
         }
     }
-    first_error.map_or(Ok(()), Err)
+    Ok(())
 }
 
-/// The names of the runs that have rules in the host's `INPUT` chain.
+/// The names of the runs that have rules in the host's `INPUT` or `FORWARD` chain.
 pub fn tagged_names() -> Result<Vec<String>, FirewallError> {
     let mut names = Vec::new();
     for tool in tools() {
@@ -138,10 +144,14 @@ pub fn tagged_names() -> Result<Vec<String>, FirewallError> {
     Ok(names)
 }
 
-/// The `INPUT` rules as `iptables -S` prints them, split into words.
+/// The `INPUT` and `FORWARD` rules as `iptables -S` prints them, split into words.
 fn list(tool: &'static str) -> Result<Vec<Vec<String>>, FirewallError> {
-    let out = run(tool, &["-w", "-S", "INPUT"])?;
-    Ok(out.lines().filter(|l| l.starts_with("-A ")).filter_map(shlex::split).collect())
+    let mut rules = Vec::new();
+    for chain in ["INPUT", "FORWARD"] {
+        let out = run(tool, &["-w", "-S", chain])?;
+        rules.extend(out.lines().filter(|l| l.starts_with("-A ")).filter_map(shlex::split));
+    }
+    Ok(rules)
 }
 
 /// The comment of a listed rule.
@@ -165,7 +175,9 @@ fn run(tool: &'static str, args: &[&str]) -> Result<String, FirewallError> {
     let path = locate(tool)?;
     let command = format!("{tool} {}", args.join(" "));
     let mut last = String::new();
-    for attempt in 0..4 {
+    // A delete that fails usually means the rule is gone already: not worth retrying.
+    let tries = if args.contains(&"-D") { 1 } else { 4 };
+    for attempt in 0..tries {
         if attempt > 0 {
             std::thread::sleep(std::time::Duration::from_millis(50 << attempt));
         }
