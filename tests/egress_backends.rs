@@ -63,12 +63,15 @@ impl EgressProxy for TestProxy {
                     state.1.notify_all();
                 }
                 // Answer at once (raw clients read it as it is), then drain the request until
-                // the client is done, so that it never sees a reset.
-                let body = format!("{ANSWER}\n");
-                let _ = write!(conn, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-                let _ = conn.shutdown(std::net::Shutdown::Write);
-                let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
-                let _ = std::io::copy(&mut (&mut conn).take(1 << 20), &mut std::io::sink());
+                // the client is done, so that it never sees a reset; one thread per
+                // connection, so that a slow client holds up no other.
+                std::thread::spawn(move || {
+                    let body = format!("{ANSWER}\n");
+                    let _ = write!(conn, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                    let _ = conn.shutdown(std::net::Shutdown::Write);
+                    let _ = conn.set_read_timeout(Some(Duration::from_secs(30)));
+                    let _ = std::io::copy(&mut (&mut conn).take(1 << 20), &mut std::io::sink());
+                });
             }
         });
         Ok(())
@@ -349,6 +352,22 @@ pub fn read_greeting(addr: SocketAddr) -> std::io::Result<String> {
     let mut buf = Vec::new();
     s.take(200).read_to_end(&mut buf)?;
     Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Seatbelt and no isolation cannot confine a worker to the proxy: a proxied plan is refused
+/// before anything starts.
+#[test]
+fn unsupported_backends_refuse_a_proxied_plan() {
+    let scene = Scene::new();
+    let plan = scene.plan(&["sh", "-c", "touch /out/ran"], Network::Proxied, None);
+    let proxy = TestProxy::default();
+    for selected in [Selected::Seatbelt, Selected::None] {
+        let err = backend::run_captured(selected, &plan, Some(&proxy)).expect_err("refused");
+        assert!(matches!(err, backend::BackendError::EgressUnsupported { .. }), "{err}");
+        assert!(err.to_string().contains("use the docker or bwrap backend"), "{err}");
+    }
+    assert!(!scene.dir.join("out/ran").exists(), "the worker ran");
+    assert!(proxy.seen(|s| s.listeners.is_empty()));
 }
 
 macro_rules! backend_suite {
