@@ -208,18 +208,19 @@ pub trait OnDemand {
 
 /// Runs `plan` on the selected backend; returns the exit status. `service`, if any, is
 /// started before the worker or, under bwrap, when the worker first connects to it.
-/// `egress` is the run's proxy, which a plan with network rules needs (the backend hands it
-/// the listener the worker reaches).
+/// `egress` serves the worker's only way out when the plan's network is
+/// [`Proxied`](crate::plan::Network::Proxied) (required then; see [`egress`]): the backend
+/// makes the listener and calls [`EgressProxy::serve`] before the worker starts.
 pub fn run(selected: Selected, plan: &LaunchPlan, service: Option<&dyn OnDemand>, egress: Option<&dyn EgressProxy>) -> Result<i32, BackendError> {
-    let _egress = egress_for(selected, plan, egress)?;
+    let egress = egress_for(selected, plan, egress)?;
     if selected == Selected::Bwrap {
-        return bwrap::run(plan, service);
+        return bwrap::run(plan, service, egress);
     }
     if let Some(s) = service {
         s.start().map_err(BackendError::Service)?;
     }
     match selected {
-        Selected::Docker => docker::run(plan),
+        Selected::Docker => docker::run(plan, egress),
         Selected::Seatbelt => seatbelt::run(plan),
         Selected::Bwrap | Selected::None => none::run(plan),
     }
@@ -237,13 +238,13 @@ pub struct Captured {
     pub timed_out: bool,
 }
 
-/// Runs `plan` on the selected backend with stdout and stderr captured (`egress` as for
-/// [`run`]).
+/// Runs `plan` on the selected backend with stdout and stderr captured; `egress` as for
+/// [`run`].
 pub fn run_captured(selected: Selected, plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<Captured, BackendError> {
-    let _egress = egress_for(selected, plan, egress)?;
+    let egress = egress_for(selected, plan, egress)?;
     match selected {
-        Selected::Docker => docker::run_captured(plan),
-        Selected::Bwrap => bwrap::run_captured(plan),
+        Selected::Docker => docker::run_captured(plan, egress),
+        Selected::Bwrap => bwrap::run_captured(plan, egress),
         Selected::Seatbelt => Err(BackendError::Failed("captured runs under Seatbelt are not supported yet".into())),
         Selected::None => none::run_captured(plan),
     }

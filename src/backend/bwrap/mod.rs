@@ -21,18 +21,23 @@ mod handshake;
 #[cfg(target_os = "linux")]
 mod launch;
 mod locate;
+#[cfg(target_os = "linux")]
+mod netns;
 mod render;
 #[cfg(target_os = "linux")]
 mod supervise;
 
 use std::path::PathBuf;
 
+use super::egress::EgressProxy;
 use super::BackendError;
 use crate::plan::{LaunchPlan, DEFAULT_MEMORY, DEFAULT_PIDS};
 
 #[cfg(target_os = "linux")]
 pub use handshake::AttachError;
 pub use locate::{locate, probe, Located};
+#[cfg(target_os = "linux")]
+pub use netns::NetnsError;
 #[cfg_attr(not(target_os = "linux"), allow(unused_imports))]
 use render::secret_env;
 pub use render::{render_argv, render_argv_passed, render_argv_with, shell_line, BwrapFeatures, Passed};
@@ -90,10 +95,11 @@ pub enum BwrapError {
     /// The run's cgroup could not be created, written or entered before the spawn.
     #[error("cannot enforce the run's limits: {0}")]
     Limits(#[source] super::cgroup::CgroupError),
-    /// The sandbox could not be moved into the run's cgroup (v2) and was killed while it
-    /// still waited: `stopped` names what never started ("worker" or "command").
+    /// The sandbox could not be moved into the run's cgroup (v2) or given its egress proxy,
+    /// and was killed while it still waited: `stopped` names what never started ("worker" or
+    /// "command").
     #[cfg(target_os = "linux")]
-    #[error("cannot enforce the run's limits, so the {stopped} was stopped before it started: {source}")]
+    #[error("{source}; the {stopped} was stopped before it started")]
     NotEntered {
         stopped: &'static str,
         #[source]
@@ -158,14 +164,16 @@ fn explicit_unenforced(plan: &LaunchPlan, support: &super::cgroup::Support) -> V
 
 /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
 /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
-pub fn run(plan: &LaunchPlan, service: Option<&dyn super::OnDemand>) -> Result<i32, BackendError> {
+/// With `egress`, the worker's proxy listens on its loopback before it starts
+/// ([`netns`](self) module docs).
+pub fn run(plan: &LaunchPlan, service: Option<&dyn super::OnDemand>, egress: Option<&dyn EgressProxy>) -> Result<i32, BackendError> {
     #[cfg(target_os = "linux")]
     {
-        supervise::run(plan, service)
+        supervise::run(plan, service, egress)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = (plan, service);
+        let _ = (plan, service, egress);
         Err(not_linux())
     }
 }
@@ -173,14 +181,14 @@ pub fn run(plan: &LaunchPlan, service: Option<&dyn super::OnDemand>) -> Result<i
 /// Runs the plan under bwrap with output captured (the shell tool, child workers), with the
 /// same per-run cgroup limits as [`run`]. The timeout kills bwrap's whole process group;
 /// `--die-with-parent` and the pid namespace take every process of the sandbox with it.
-pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
+pub fn run_captured(plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<super::Captured, BackendError> {
     #[cfg(target_os = "linux")]
     {
-        supervise::run_captured(plan)
+        supervise::run_captured(plan, egress)
     }
     #[cfg(not(target_os = "linux"))]
     {
-        let _ = plan;
+        let _ = (plan, egress);
         Err(not_linux())
     }
 }

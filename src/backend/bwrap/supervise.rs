@@ -15,6 +15,7 @@ use super::handshake::{Channels, KILL_WAIT};
 use super::launch::{argv_and_fds, prepare, spawn_bwrap};
 use super::{explicit_unenforced, secret_env, BwrapError};
 use crate::backend::cgroup::RunCgroup;
+use crate::backend::egress::EgressProxy;
 use crate::backend::outcome::Explained;
 use crate::backend::{BackendError, OnDemand};
 use crate::plan::LaunchPlan;
@@ -26,11 +27,12 @@ const SIGNAL_GRACE: Duration = Duration::from_secs(10);
 /// Runs the plan under bwrap with its output captured (the shell tool, child workers):
 /// the same sandbox, limits and timeout as [`run`], without a terminal or signal
 /// forwarding.
-pub(super) fn run_captured(plan: &LaunchPlan) -> Result<crate::backend::Captured, BackendError> {
+pub(super) fn run_captured(plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<crate::backend::Captured, BackendError> {
     let (located, cgroup, support) = prepare(plan)?;
     let (mut argv, held) = argv_and_fds(plan, located)?;
-    // The status pipe only for the cgroup v2 handshake: the exit code comes from bwrap's own.
-    let channels = Channels::open(&mut argv, cgroup.as_ref(), false)?;
+    // The status pipe only for the handshake (cgroup v2, egress): the exit code comes from
+    // bwrap's own.
+    let channels = Channels::open(&mut argv, cgroup.as_ref(), false, egress)?;
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]).env_clear().envs(secret_env(plan));
     crate::backend::as_worker(&mut cmd, plan);
@@ -60,7 +62,7 @@ pub(super) fn run_captured(plan: &LaunchPlan) -> Result<crate::backend::Captured
 
 /// Runs the plan under bwrap; returns the worker's exit status (124 on timeout, 126/127
 /// when the command cannot be executed / is not found, 125 when bwrap itself fails).
-pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i32, BackendError> {
+pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>, egress: Option<&dyn EgressProxy>) -> Result<i32, BackendError> {
     let (located, cgroup, support) = prepare(plan)?;
     for w in explicit_unenforced(plan, &support) {
         eprintln!("workcell: warning: not enforced by the bwrap backend: {w}");
@@ -69,7 +71,7 @@ pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i
     // bwrap reports the sandbox's init pid and, when the command ran, its exit code on the
     // status pipe; no exit code means bwrap itself failed (setup or exec).
     let (mut argv, held) = argv_and_fds(plan, located)?;
-    let (mut channels, theirs) = Channels::open(&mut argv, cgroup.as_ref(), true)?.expect("a status pipe was asked for");
+    let (mut channels, theirs) = Channels::open(&mut argv, cgroup.as_ref(), true, egress)?.expect("a status pipe was asked for");
 
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]).env_clear().envs(secret_env(plan));
@@ -132,9 +134,9 @@ pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i
             }
         }
         if ready.status {
-            if let Some((init_pid, pid_ns)) = channels.status.read_available() {
-                sup.started(init_pid, pid_ns);
-                if let Err(e) = channels.started(cgroup.as_ref(), bwrap_pid, init_pid) {
+            if let Some(sandbox) = channels.status.read_available() {
+                sup.started(sandbox.pid, sandbox.pid_ns);
+                if let Err(e) = channels.started(cgroup.as_ref(), bwrap_pid, sandbox) {
                     // The sandbox is still blocked: kill it before it is released.
                     sup.kill_all();
                     limit_failure = Some(e);
@@ -162,7 +164,7 @@ pub(super) fn run(plan: &LaunchPlan, service: Option<&dyn OnDemand>) -> Result<i
     sup.wait_init_gone();
 
     if let Some(e) = limit_failure {
-        return Err(BwrapError::NotEntered { stopped: "worker", source: e.into() }.into());
+        return Err(BwrapError::NotEntered { stopped: "worker", source: e }.into());
     }
     if timed_out {
         return Ok(Explained::TimedOut(plan.timeout()).report());

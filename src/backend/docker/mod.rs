@@ -4,12 +4,16 @@
 //! [`choose_init`] picked from the host; [`image`] makes sure the image exists locally (never
 //! pulling); the runner creates, attaches, starts, waits for and always removes the
 //! container, with [`reaper`] as the watchdog that removes it if workcell is killed (both
-//! remove through `container`); [`maintenance`] holds `doctor` and `gc`.
+//! remove through `container`); a proxied run also gets a [`network`] of its own, closed to
+//! the host by [`firewall`] rules, removed the same ways; [`maintenance`] holds `doctor`
+//! and `gc`.
 
 mod container;
+pub mod firewall;
 pub mod image;
 mod init;
 pub mod maintenance;
+pub mod network;
 pub mod reaper;
 pub mod render;
 mod runner;
@@ -21,6 +25,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 
+use super::egress::EgressProxy;
 use super::BackendError;
 use crate::plan::LaunchPlan;
 
@@ -71,6 +76,9 @@ pub enum DockerError {
     /// The host's base image (for `image: host`) cannot be assembled.
     #[error("cannot assemble the host base image: {0}")]
     HostBase(#[source] std::io::Error),
+    /// The firewall rules that confine a proxied run cannot be set or checked.
+    #[error(transparent)]
+    Firewall(#[from] firewall::FirewallError),
 }
 
 impl From<DockerError> for BackendError {
@@ -166,10 +174,11 @@ pub fn probe() -> Result<String, BackendError> {
 
 /// Runs the plan in a container; returns the worker's exit status (124 on timeout,
 /// 130/143/129 when workcell is interrupted, 126/127 when the command cannot be run).
-/// The container is removed on every path that workcell survives.
-pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
+/// The container is removed on every path that workcell survives, and with it the run's
+/// network and firewall rules when `egress` serves a proxied plan ([`network`]).
+pub fn run(plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<i32, BackendError> {
     let rt = runtime()?;
-    let r = rt.block_on(runner::run(plan));
+    let r = rt.block_on(runner::run_with(plan, runner::Sink::Inherit, egress));
     // Do not wait for the blocking thread that may still sit in a read of our stdin.
     rt.shutdown_background();
     Ok(r?)
@@ -177,10 +186,10 @@ pub fn run(plan: &LaunchPlan) -> Result<i32, BackendError> {
 
 /// Runs the plan in a container with stdout and stderr captured (the shell tool, child
 /// workers). The container is removed on every path, as with [`run`].
-pub fn run_captured(plan: &LaunchPlan) -> Result<super::Captured, BackendError> {
+pub fn run_captured(plan: &LaunchPlan, egress: Option<&dyn EgressProxy>) -> Result<super::Captured, BackendError> {
     let buf = std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()));
     let rt = runtime()?;
-    let r = rt.block_on(runner::run_with(plan, runner::Sink::Capture(buf.clone())));
+    let r = rt.block_on(runner::run_with(plan, runner::Sink::Capture(buf.clone()), egress));
     rt.shutdown_background();
     let code = r?;
     let streams = buf.lock().map(|mut b| std::mem::take(&mut *b)).unwrap_or_default();
