@@ -41,6 +41,18 @@ fn bwrap_argv_zones_network_on() {
 }
 
 #[test]
+fn bwrap_argv_zones_network_proxied() {
+    let f = Fixture::new(ZONES, &[]);
+    let mut plan = f.plan(None, Overrides::default());
+    plan.network = workcell::plan::Network::Proxied;
+    // A plan's own proxy variable is replaced: the proxy on the worker's loopback is its only way out.
+    plan.env.insert("HTTP_PROXY".into(), "http://elsewhere:8080".into());
+    let text = argv_text(&f, &plan, Default::default());
+    assert!(!text.contains("--share-net") && !text.contains("elsewhere"), "{text}");
+    insta::assert_snapshot!(text);
+}
+
+#[test]
 fn bwrap_argv_root_form() {
     let f = Fixture::new(ROOT_FORM, &[]);
     let plan = f.plan(None, Overrides::default());

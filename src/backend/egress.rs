@@ -2,9 +2,11 @@
 //! makes a listening socket that the worker can reach and that nothing else can, and hands
 //! it to the proxy, which serves it from the host. The worker's only way out is that socket.
 
-use std::net::{IpAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr, TcpListener};
 
-/// The port the worker's proxy variables name on its side.
+/// The port the worker's proxy variables name on its side under bwrap (its own loopback).
+/// Docker's listener sits on the run network's gateway, on a free port the backend chooses
+/// (a fixed one could clash with a host service listening on every address).
 pub const PROXY_PORT: u16 = 3128;
 
 /// Whose connections a proxy listener serves.
@@ -23,4 +25,22 @@ pub trait EgressProxy: Send + Sync {
     /// Starts serving connections accepted on `listener` in the background and returns at
     /// once; serving stops when the run's session ends.
     fn serve(&self, listener: TcpListener, peers: Peers) -> Result<(), super::ServiceError>;
+}
+
+/// Addresses the worker reaches itself on, never through the proxy.
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// The proxy variables a proxied worker gets, pointing at `addr`, its side of the listener:
+/// `HTTP_PROXY`/`HTTPS_PROXY` (HTTP forward and `CONNECT`), `ALL_PROXY` as `socks5h://` (the
+/// same port speaks SOCKS5, and the `h` makes clients send names for the proxy to resolve:
+/// the worker has no DNS), each in upper and lower case, and `NO_PROXY` for its loopback.
+pub fn proxy_env(addr: SocketAddr) -> Vec<(String, String)> {
+    let http = format!("http://{addr}");
+    let socks = format!("socks5h://{addr}");
+    let mut out = Vec::with_capacity(8);
+    for (k, v) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks), ("NO_PROXY", &NO_PROXY.to_string())] {
+        out.push((k.to_string(), v.clone()));
+        out.push((k.to_ascii_lowercase(), v.clone()));
+    }
+    out
 }

@@ -47,6 +47,12 @@ pub enum BackendError {
         "the {backend} backend cannot run under the runtime '{runtime}' (set by `runtime:` or `--runtime`): a runtime is Docker's, and {backend} runs the worker on the host's kernel. Use --backend docker (or auto, with Docker running), or remove the runtime"
     )]
     RuntimeUnsupported { backend: &'static str, runtime: String },
+    /// The plan's network is filtered by rules, which this backend cannot enforce.
+    #[error("the {backend} backend cannot enforce network rules (network: {{allow: [...]}}): it has no way to make workcell's egress proxy the worker's only way out. Run it with --backend docker or --backend bwrap, or use network: true or false")]
+    EgressUnsupported { backend: &'static str },
+    /// A plan with network rules came without the proxy that enforces them.
+    #[error("the plan's network is filtered by rules, but no egress proxy was started for the run; refusing to run it without one")]
+    EgressMissing,
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),
@@ -65,7 +71,8 @@ pub mod seccomp;
 pub mod supervise;
 
 use crate::config::{BackendChoice, ImageRef};
-use crate::plan::LaunchPlan;
+use crate::plan::{LaunchPlan, Network};
+use egress::EgressProxy;
 pub use supervise::{Attached, Finished, Output, SuperviseError};
 
 /// The backend that will run a plan, after `auto` selection.
@@ -93,6 +100,31 @@ impl Selected {
 /// bwrap or Seatbelt. `none` only when chosen, or when no boundary exists and
 /// `require_os_sandbox` is false.
 pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
+    let selected = select_any(choice, plan, require_os_sandbox)?;
+    enforces_rules(selected, plan)?;
+    Ok(selected)
+}
+
+/// Refuses a plan with network rules on a backend that cannot make the proxy the only way
+/// out (Seatbelt, none): rules that look enforced but are not would be worse than none.
+fn enforces_rules(selected: Selected, plan: &LaunchPlan) -> Result<(), BackendError> {
+    match (plan.network, selected) {
+        (Network::Proxied, Selected::Seatbelt | Selected::None) => Err(BackendError::EgressUnsupported { backend: selected.name() }),
+        _ => Ok(()),
+    }
+}
+
+/// The proxy a plan with network rules needs; refuses a backend that cannot enforce them.
+fn egress_for<'a>(selected: Selected, plan: &LaunchPlan, egress: Option<&'a dyn EgressProxy>) -> Result<Option<&'a dyn EgressProxy>, BackendError> {
+    enforces_rules(selected, plan)?;
+    match (plan.network, egress) {
+        (Network::Proxied, None) => Err(BackendError::EgressMissing),
+        (Network::Proxied, e) => Ok(e),
+        _ => Ok(None),
+    }
+}
+
+fn select_any(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
     if let Some(runtime) = &plan.runtime {
         return with_runtime(choice, runtime);
     }
@@ -185,6 +217,9 @@ pub trait OnDemand {
 /// broker in `attached`, if any, is started when the worker first connects to it (backends
 /// whose worker is a host process, see [`supervise`]) or before the worker (docker).
 pub fn run(selected: Selected, plan: &LaunchPlan, output: Output, attached: Attached<'_>) -> Result<Finished, BackendError> {
+    // A proxied plan runs only where the proxy can be made the worker's only way out, and
+    // only with its proxy; any other plan never serves one.
+    let attached = Attached { egress: egress_for(selected, plan, attached.egress)?, ..attached };
     match selected {
         Selected::Bwrap => bwrap::run(plan, output, attached),
         Selected::None => none::run(plan, output, attached),
@@ -193,7 +228,7 @@ pub fn run(selected: Selected, plan: &LaunchPlan, output: Output, attached: Atta
             if let Some(s) = attached.broker {
                 s.start().map_err(BackendError::Service)?;
             }
-            docker::run(plan, output)
+            docker::run(plan, output, attached.egress)
         }
     }
 }

@@ -39,6 +39,12 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         for c in &report.containers {
             println!("removed container {c}");
         }
+        for n in &report.networks {
+            println!("removed network {n}");
+        }
+        for f in &report.firewall {
+            println!("removed the firewall rules of {f}");
+        }
         for i in &report.images {
             println!("removed image {i}");
         }
@@ -54,7 +60,13 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         for e in &report.errors {
             eprintln!("workcell: could not remove {e}");
         }
-        if report.host.is_empty() && report.containers.is_empty() && report.images.is_empty() && report.errors.is_empty() {
+        if report.host.is_empty()
+            && report.containers.is_empty()
+            && report.networks.is_empty()
+            && report.firewall.is_empty()
+            && report.images.is_empty()
+            && report.errors.is_empty()
+        {
             println!("nothing to remove");
         }
     }

@@ -32,7 +32,7 @@ sandbox:
       approval:
         write: preApproved
         delete: preApproved
-  network: false
+  network: false          # or true, or rules: {allow: [pypi.org, "*.pythonhosted.org"]}
   require_os_sandbox: true
 defaults:
   image: host             # the host's own tools, read-only; no registry needed

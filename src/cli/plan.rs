@@ -57,7 +57,7 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
         println!("image:    {}", image_text(&plan.image));
         println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
-        println!("network:  {}", if plan.network.is_open() { "on" } else { "off (loopback only)" });
+        println!("network:  {}", network_text(&plan));
         println!("workdir:  {}", escape(&plan.workdir));
         println!("user:     {}:{}", plan.user.uid, plan.user.gid);
         println!("mounts:");
@@ -81,6 +81,32 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         print_docker(&docker);
     }
     Ok(0)
+}
+
+/// `off (loopback only)`, `on`, or proxied: how each backend confines the worker to the
+/// proxy, then the rules, one layer a line.
+fn network_text(plan: &LaunchPlan) -> String {
+    use crate::plan::Network;
+    match (plan.network, &plan.egress) {
+        (Network::Off, _) => "off (loopback only)".into(),
+        (Network::Open, _) => "on".into(),
+        (Network::Proxied, policy) => {
+            let rules = policy.as_ref().map(|p| p.describe(usize::MAX)).unwrap_or_default();
+            let lines: Vec<String> = rules.lines().map(|l| format!("\n  {}", escape(l))).collect();
+            format!("{}{}", proxied_mechanisms(), lines.concat())
+        }
+    }
+}
+
+/// How each backend confines a proxied worker to the proxy.
+fn proxied_mechanisms() -> String {
+    use crate::backend::egress::PROXY_PORT;
+    format!(
+        "proxied (only through workcell's egress proxy: HTTP_PROXY, HTTPS_PROXY, ALL_PROXY=socks5h://, NO_PROXY for loopback)\n\
+         \x20         bwrap: no interface but loopback; the proxy listens on 127.0.0.1:{PROXY_PORT} inside\n\
+         \x20         docker: an internal network of the run's own, the proxy on a free port of its gateway, no DNS, \
+         every other port of the host rejected by firewall rules (needs root)"
+    )
 }
 
 /// The image as it is written in a worker file: `host`, a name, or `build: DIR`.
@@ -147,6 +173,9 @@ fn print_docker(d: &serde_json::Value) {
     println!("  container:    {}", d["name"].as_str().unwrap_or(""));
     println!("  user:         {}", d["create"]["User"].as_str().unwrap_or(""));
     println!("  network_mode: {}", hc["NetworkMode"].as_str().unwrap_or(""));
+    if hc["Dns"].is_array() {
+        println!("  dns:          {} (nothing answers there)", list(&hc["Dns"]));
+    }
     println!("  cap_drop:     {}", list(&hc["CapDrop"]));
     println!("  security_opt: {}", list(&hc["SecurityOpt"]));
     println!("  read-only /:  {}", hc["ReadonlyRootfs"]);
@@ -199,6 +228,12 @@ mod tests {
         assert_eq!(bytes_text(1536 << 20), "1536 MiB");
         assert_eq!(bytes_text(1000), "1000 bytes");
         assert_eq!(bytes_text(0), "0 bytes");
+    }
+
+    #[test]
+    fn proxied_network_names_each_mechanism() {
+        let t = proxied_mechanisms();
+        assert!(t.contains("HTTP_PROXY") && t.contains("127.0.0.1:3128") && t.contains("internal network") && t.contains("needs root"), "{t}");
     }
 
     #[test]

@@ -154,10 +154,17 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
                 }
             }
         }
-        let adhoc =
-            Sandbox::new(mounts, Addressing::Zones, project.sandbox.network()).map_err(|e| CliError::Usage(e.to_string()))?.protected_like(&project.sandbox);
+        // The project's network, rules included; a worker's own `network:` narrows it as
+        // it would without --zone.
+        let adhoc = Sandbox::new(mounts, Addressing::Zones, project.sandbox.network_access().clone())
+            .map_err(|e| CliError::Usage(e.to_string()))?
+            .protected_like(&project.sandbox);
         match worker {
-            Some(w) => w.decl.apply(&adhoc).map_err(|e| CliError::Usage(format!("worker '{}' cannot run with these zones: {e}", w.name)))?,
+            Some(w) => w
+                .decl
+                .apply(&adhoc)
+                .map_err(|e| CliError::Usage(format!("worker '{}' cannot run with these zones: {e}", w.name)))?
+                .network_narrowed_by(w.sandbox.network_access()),
             None => adhoc,
         }
     };

@@ -4,6 +4,7 @@
 
 mod limits;
 mod mounts;
+mod network;
 pub mod raw;
 mod runtime;
 mod text;
@@ -21,7 +22,7 @@ pub use limits::{parse_count, parse_cpus, parse_file_size, parse_memory, parse_p
 pub use mounts::{check_mount_point, MountError};
 use mounts::{check_relative_dir, MountBuilder};
 pub use raw::BackendChoice;
-use raw::{RawApproval, RawNetwork, RawProject, RootField, SandboxMode};
+use raw::{RawApproval, RawProject, RootField, SandboxMode};
 pub use runtime::{parse_runtime, RuntimeNameError, MAX_RUNTIME_NAME};
 pub use text::{describe as describe_char, forbidden_char, TextError};
 pub use worker::{AttachmentPolicy, Rule, SandboxDecl, ShellRule, Worker};
@@ -214,8 +215,6 @@ pub struct Project {
     pub file: Option<PathBuf>,
     /// The project sandbox: every zone, full access.
     pub sandbox: Sandbox,
-    /// Domain allowlist of `network: {allow: [...]}` (not enforced by any backend yet).
-    pub network_allow: Option<Vec<String>>,
     pub require_os_sandbox: bool,
     pub dynamic: bool,
     pub defaults: Defaults,
@@ -372,11 +371,7 @@ impl Project {
         }
         let mounts = builder.finish()?;
 
-        let (network, network_allow) = match rs.network.as_ref().map(|n| &n.value) {
-            None | Some(RawNetwork::Enabled(false)) => (false, None),
-            Some(RawNetwork::Enabled(true)) => (true, None),
-            Some(RawNetwork::Allow(list)) => (true, Some(list.clone())),
-        };
+        let network = network::project_access(rs.network.as_ref(), &diag)?;
         let sandbox = Sandbox::new(mounts, addressing, network).map_err(|e| diag.whole(e.to_string()))?;
 
         let rd = raw.defaults.unwrap_or_default();
@@ -397,7 +392,6 @@ impl Project {
             dir: dir.clone(),
             file: Some(file.to_path_buf()),
             sandbox,
-            network_allow,
             require_os_sandbox: rs.require_os_sandbox.unwrap_or(true),
             dynamic: rs.dynamic.unwrap_or(false),
             defaults,

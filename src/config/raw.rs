@@ -44,7 +44,8 @@ pub struct RawSandbox {
     /// The normalised form: explicit host directory and mount point.
     #[schemars(with = "Option<Vec<RawMount>>")]
     pub mounts: Option<Spanned<Vec<RawMount>>>,
-    /// `false` (default), `true`, or `{allow: [domains]}`.
+    /// `false` (default: loopback only), `true` (the host's network, unfiltered), or rules
+    /// `{allow, deny, hosts, ask}` enforced by workcell's egress proxy.
     #[schemars(with = "Option<NetworkSchema>")]
     pub network: Option<Spanned<RawNetwork>>,
     /// Refuse to run without an OS or container boundary (default true).
@@ -204,11 +205,34 @@ enum SizeSchema {
     Text(String),
 }
 
-/// `network:` — a switch, or an allowlist of domains.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `network:` — a switch, or rules enforced by workcell's egress proxy.
+#[derive(Debug)]
 pub enum RawNetwork {
     Enabled(bool),
-    Allow(Vec<String>),
+    Rules(RawNetworkRules),
+}
+
+/// `network: {allow, deny, hosts, ask}`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RawNetworkRules {
+    /// Destinations the worker may reach: `pypi.org`, `*.pythonhosted.org` (names below it),
+    /// `api.example.com:8443`, `10.20.0.7`, `10.20.0.0/16`, `[2001:db8::1]:443`. Without a
+    /// port: 80 and 443; `:*` for every port.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// Destinations refused even when `allow` covers them (same forms; without a port: every
+    /// port).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub deny: Option<Vec<Spanned<String>>>,
+    /// Static names, used instead of DNS: `{registry.internal: 10.20.0.7}`. An allow entry
+    /// still decides whether the name may be reached; its address may then be a private one.
+    #[schemars(with = "Option<BTreeMap<String, String>>")]
+    pub hosts: Option<IndexMap<Spanned<String>, Spanned<String>>>,
+    /// `true`: a destination no entry lists asks a person (the run's approvals) instead of
+    /// being refused.
+    #[schemars(with = "Option<bool>")]
+    pub ask: Option<Spanned<bool>>,
 }
 
 #[derive(JsonSchema)]
@@ -216,27 +240,22 @@ pub enum RawNetwork {
 #[allow(dead_code)]
 enum NetworkSchema {
     Enabled(bool),
-    Allow { allow: Vec<String> },
+    Rules(RawNetworkRules),
 }
 
 impl<'de> Deserialize<'de> for RawNetwork {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Allow {
-            allow: Vec<String>,
-        }
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = RawNetwork;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("true, false, or {allow: [domains]}")
+                f.write_str("true, false, or {allow: [...], deny: [...], hosts: {name: address}, ask: false}")
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawNetwork, E> {
                 Ok(RawNetwork::Enabled(v))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawNetwork, A::Error> {
-                Allow::deserialize(de::value::MapAccessDeserializer::new(map)).map(|a| RawNetwork::Allow(a.allow))
+                RawNetworkRules::deserialize(de::value::MapAccessDeserializer::new(map)).map(RawNetwork::Rules)
             }
         }
         d.deserialize_any(V)
@@ -326,9 +345,11 @@ pub struct RawWorker {
     /// What the worker needs; no declaration means no file access.
     #[schemars(with = "Option<RawWorkerSandbox>")]
     pub sandbox: Option<Spanned<RawWorkerSandbox>>,
-    /// `false` turns the network off for this worker; `true` needs the project's network.
-    #[schemars(with = "Option<bool>")]
-    pub network: Option<Spanned<bool>>,
+    /// `false` turns the network off for this worker; `true` keeps the project's network;
+    /// rules `{allow, deny, hosts, ask}` narrow it (never widen: each allow entry must be
+    /// covered by the project's).
+    #[schemars(with = "Option<NetworkSchema>")]
+    pub network: Option<Spanned<RawNetwork>>,
     pub backend: Option<BackendChoice>,
     /// The Docker runtime this worker runs under (e.g. `runsc`). Under a project
     /// `defaults.runtime` a worker may only repeat that one; a child worker runs under its

@@ -188,19 +188,16 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         ),
     };
     let decl = declaration(raw.sandbox.as_ref(), &diag, &project.sandbox)?;
+    let access = super::network::worker_access(raw.network.as_ref(), &diag, project.sandbox.network_access())?;
     // Each entry was checked on its own above, where its refusal points at it; what is left
     // (the entries together) points at the declaration.
-    let mut sandbox = decl.apply(&project.sandbox).map_err(|e| match &raw.sandbox {
-        Some(sb) => diag.spanned(sb, e),
-        None => diag.whole(e),
-    })?;
-    match &raw.network {
-        Some(n) if n.value && !project.sandbox.network() => {
-            return Err(diag.spanned(n, "network: true needs the project's network; the project sets network: false (the default)"))
-        }
-        Some(n) if !n.value => sandbox = sandbox.without_network(),
-        _ => {}
-    }
+    let sandbox = decl
+        .apply(&project.sandbox)
+        .map_err(|e| match &raw.sandbox {
+            Some(sb) => diag.spanned(sb, e),
+            None => diag.whole(e),
+        })?
+        .network_narrowed_by(&access);
     let own_limits = raw.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default();
     let attachment_policy = match raw.attachment_policy {
         Some(a) => AttachmentPolicy {

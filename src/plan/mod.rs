@@ -141,6 +141,9 @@ pub struct LaunchPlan {
     pub mounts: Vec<PlanMount>,
     pub tmpfs: Vec<TmpfsMount>,
     pub network: Network,
+    /// The rules of a [`Network::Proxied`] plan, for the run's egress proxy (and `plan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Arc<crate::egress::Policy>>,
     pub env: BTreeMap<String, String>,
     pub user: UserSpec,
     pub workdir: String,
@@ -188,8 +191,6 @@ pub enum PlanError {
     NoCommand { worker: String },
     #[error("invalid --env '{0}': use NAME=VALUE to set a variable or NAME to pass the host's value through")]
     BadEnv(String),
-    #[error("network: {{allow: [...]}} (a domain allowlist) is not enforced by any backend yet; use network: true or false")]
-    DomainAllowlist,
     #[error("zone '{0}' uses delivery: copy, which no backend implements yet; use delivery: bind")]
     CopyDelivery(String),
     #[error("the working directory '{}' cannot be used: {reason}", crate::term::escape(workdir))]
@@ -348,10 +349,13 @@ impl LaunchPlan {
             Some(i) => ImageRef::from_name(i),
             None => worker.and_then(|w| w.image.clone()).unwrap_or_else(|| project.defaults.image.clone()),
         };
-        let network = ov.network.unwrap_or(false) || sandbox.network();
-        if network && project.network_allow.is_some() && ov.network.is_none() {
-            return Err(PlanError::DomainAllowlist);
-        }
+        // `--network` is the person at the terminal opening the network for this run.
+        let (network, egress) = match sandbox.network_access() {
+            _ if ov.network == Some(true) => (Network::Open, None),
+            crate::egress::Access::Off => (Network::Off, None),
+            crate::egress::Access::Open => (Network::Open, None),
+            crate::egress::Access::Filtered(p) => (Network::Proxied, Some(p.clone())),
+        };
         let mounts = mounts_for(sandbox);
         let workdir = match ov.workdir.clone().or_else(|| worker.and_then(|w| w.workdir.clone())) {
             Some(w) => w,
@@ -381,7 +385,12 @@ impl LaunchPlan {
         let mut mounts = mounts;
         mounts.extend(control);
         env.insert("WORKCELL_ZONES".to_string(), zones.join(","));
-        env.insert("WORKCELL_NETWORK".to_string(), if network { "1" } else { "0" }.to_string());
+        let shown = match network {
+            Network::Off => "0",
+            Network::Open => "1",
+            Network::Proxied => "proxy",
+        };
+        env.insert("WORKCELL_NETWORK".to_string(), shown.to_string());
         if let Some(w) = worker {
             for (k, v) in &w.env {
                 match v {
@@ -432,7 +441,8 @@ impl LaunchPlan {
             system,
             mounts,
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
-            network: if network { Network::Open } else { Network::Off },
+            network,
+            egress,
             env,
             user: worker_user(&project.dir, project.defaults.user),
             workdir,

@@ -11,7 +11,8 @@ use serde_json::json;
 
 use crate::backend::{self, Attached, BackendError, Finished, Output, Selected};
 use crate::config::{BackendChoice, Project, Worker};
-use crate::plan::{LaunchPlan, Overrides, PlanError, BROKER_MOUNT_POINT};
+use crate::egress::{Consent, ConsentDenied, EgressError, Proxy};
+use crate::plan::{LaunchPlan, Network, Overrides, PlanError, BROKER_MOUNT_POINT};
 use crate::sandbox::Sandbox;
 use crate::tools::attach::{self, AttachError, Attachment, Reservation};
 use crate::tools::audit::AuditLog;
@@ -38,6 +39,9 @@ pub enum RunError {
     /// The run that starts this one has no time left.
     #[error(transparent)]
     Deadline(#[from] DeadlinePassed),
+    /// The egress proxy of a run with network rules could not start.
+    #[error(transparent)]
+    Egress(#[from] EgressError),
     /// The start of the run could not be recorded: an operation that cannot be audited
     /// does not proceed.
     #[error("cannot write the audit log: {0}")]
@@ -80,6 +84,8 @@ pub struct Session {
     service: Arc<ToolService>,
     broker: Option<Broker>,
     audit: AuditLog,
+    /// The egress proxy of a plan with network rules; the backend hands it its listener.
+    egress: Option<Proxy>,
     /// Held until the run is over: the attachments' share of the process-wide budget.
     _reserved: Option<Reservation>,
 }
@@ -139,7 +145,16 @@ impl Session {
         if selected == Selected::Docker {
             let _ = runner.exec_in.set(plan.clone());
         }
-        let session = Session { plan, selected, service, broker, audit, _reserved: reserved };
+        let egress = match &plan.egress {
+            Some(policy) if plan.network == Network::Proxied => {
+                // Unlisted destinations ask only where every layer of the rules asks.
+                let asks = policy.layers.iter().all(|l| l.ask);
+                let consent = asks.then(|| Arc::new(ServiceConsent(service.clone())) as Arc<dyn Consent>);
+                Some(Proxy::start(policy.clone(), Some(audit.clone()), consent)?)
+            }
+            _ => None,
+        };
+        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved };
         session.record_start(&spec.chain)?;
         Ok(session)
     }
@@ -148,7 +163,7 @@ impl Session {
         let p = &self.plan;
         let mounts: Vec<_> = p.mounts.iter().map(|m| json!({"target": m.target, "read_only": m.read_only})).collect();
         let event = json!({"worker": p.worker, "chain": chain, "backend": self.selected.name(), "command": p.command, "network": p.network,
-            "runtime": p.runtime, "broker": self.broker.is_some(), "mounts": mounts});
+            "runtime": p.runtime, "egress": p.egress, "broker": self.broker.is_some(), "mounts": mounts});
         self.audit.record("run_start", event).map_err(RunError::Audit)
     }
 
@@ -174,11 +189,25 @@ impl Session {
 
     /// Runs the worker, its output to `output` (workcell's terminal, or bounded buffers for
     /// the caller); returns how it ended.
-    pub fn run(self, output: Output) -> Result<Finished, RunError> {
+    pub fn run(mut self, output: Output) -> Result<Finished, RunError> {
         tracing::info!(run_id = %self.plan.run_id, backend = self.selected.name(), "starting run");
-        let attached = Attached { broker: self.broker.as_ref().map(|b| b as &dyn backend::OnDemand) };
+        let attached = Attached {
+            broker: self.broker.as_ref().map(|b| b as &dyn backend::OnDemand),
+            egress: self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy),
+        };
         let result = backend::run(self.selected, &self.plan, output, attached);
+        // Stopped first, so that the lines of connections still open come before run_end.
+        drop(self.egress.take());
         self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
+    }
+}
+
+/// The run's approvals, as the egress proxy asks them (`network: {ask: true}`).
+struct ServiceConsent(Arc<ToolService>);
+
+impl Consent for ServiceConsent {
+    fn connect(&self, destination: &str) -> Result<(), ConsentDenied> {
+        self.0.consent_to_connect(destination).map_err(|e| ConsentDenied(e.to_string()))
     }
 }

@@ -194,7 +194,7 @@ impl Sandbox {
             addressing: self.addressing,
             readable: minimise(readable),
             writable: minimise(writable),
-            network: self.network,
+            network: self.network.clone(),
             protected: self.protected.clone(),
             pending: Vec::new(),
         }

@@ -30,6 +30,7 @@ use cap_std::fs::Dir;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::egress::Access;
 use derive::minimise;
 pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
@@ -176,7 +177,7 @@ pub struct Sandbox {
     addressing: Addressing,
     readable: Vec<Area>,
     writable: Vec<Area>,
-    network: bool,
+    network: Access,
     /// Control files the tool service may not change (see `protect`).
     protected: Arc<protect::Protected>,
     /// Granted directories that do not exist yet, created at launch (see `grant`).
@@ -186,7 +187,8 @@ pub struct Sandbox {
 impl Sandbox {
     /// Builds the full-access sandbox of a project from its mounts: every mount readable,
     /// every `rw` mount writable. Opens each host directory once; it must exist.
-    pub fn new(mounts: Vec<Mount>, addressing: Addressing, network: bool) -> Result<Sandbox, SandboxError> {
+    pub fn new(mounts: Vec<Mount>, addressing: Addressing, network: impl Into<Access>) -> Result<Sandbox, SandboxError> {
+        let network = network.into();
         let mut readable = Vec::with_capacity(mounts.len());
         let mut writable = Vec::new();
         for (i, m) in mounts.iter().enumerate() {
@@ -213,7 +215,7 @@ impl Sandbox {
             addressing: self.addressing,
             readable: Vec::new(),
             writable: Vec::new(),
-            network: self.network,
+            network: self.network.clone(),
             protected: self.protected.clone(),
             pending: Vec::new(),
         }
@@ -228,14 +230,26 @@ impl Sandbox {
         self.addressing
     }
 
-    /// Whether workers in this sandbox may use the network.
+    /// Whether workers in this sandbox reach any network beyond loopback (filtered or not).
     pub fn network(&self) -> bool {
-        self.network
+        self.network.any()
+    }
+
+    /// The network workers in this sandbox get: off, open, or filtered by rules.
+    pub fn network_access(&self) -> &Access {
+        &self.network
     }
 
     /// The same sandbox with network access turned off (never on: that would widen it).
     pub fn without_network(mut self) -> Sandbox {
-        self.network = false;
+        self.network = Access::Off;
+        self
+    }
+
+    /// The same sandbox with the network a child asks for, never more than this one's
+    /// (see [`Access::narrowed_by`]).
+    pub fn network_narrowed_by(mut self, child: &Access) -> Sandbox {
+        self.network = self.network.narrowed_by(child);
         self
     }
 

@@ -30,6 +30,8 @@ pub enum Action {
     Shell,
     Delegate,
     Expand,
+    /// A network connection no rule lists (`network: {ask: true}`).
+    Connect,
 }
 
 impl Action {
@@ -41,6 +43,7 @@ impl Action {
             Action::Shell => "run",
             Action::Delegate => "call worker",
             Action::Expand => "grant access to",
+            Action::Connect => "connect to",
         }
     }
 }

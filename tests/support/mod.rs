@@ -129,9 +129,7 @@ impl Proj {
 
     /// `workcell` in the project directory, no config file.
     pub fn workcell(&self) -> Command {
-        let mut c = Command::cargo_bin("workcell").expect("workcell binary");
-        c.current_dir(&self.dir).env_remove("RUST_LOG").timeout(Duration::from_secs(120));
-        c
+        workcell_in(&self.dir)
     }
 
     /// `workcell run --backend docker --zone in=in:ro --zone out=out:rw <extra> -- <cmd>`.
@@ -151,6 +149,13 @@ impl Proj {
         let left = self.containers();
         assert!(left.is_empty(), "containers left behind: {left:?}");
     }
+}
+
+/// `workcell` started in `dir`, with a deadline that turns a hang into a failure.
+pub fn workcell_in(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("workcell").expect("workcell binary");
+    c.current_dir(dir).env_remove("RUST_LOG").timeout(Duration::from_secs(120));
+    c
 }
 
 /// Ids of all containers (any state) carrying `label` (`k=v`).

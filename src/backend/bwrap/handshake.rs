@@ -2,52 +2,78 @@
 //! supervision loop drives it for every run).
 //!
 //! `--json-status-fd`: bwrap writes a JSON object with the sandbox's init pid once the
-//! sandbox is set up, and one with the command's exit code when it ran. `--block-fd`: with a
-//! cgroup v2 the sandbox waits before starting the command until a byte arrives, while
-//! workcell moves bwrap and the init into the run's cgroup ([`RunCgroup::attach`]); only then
-//! is it released, so every process of the worker starts inside. A sandbox that could not be
-//! moved in stays blocked until it is killed: nothing of the worker ever runs unlimited.
+//! sandbox is set up, and one with the command's exit code when it ran. `--block-fd`: the
+//! sandbox waits before starting the command until a byte arrives. Meanwhile workcell moves
+//! bwrap and the init into the run's cgroup (v2, [`RunCgroup::attach`]) and, for a proxied
+//! network, opens the egress proxy's port inside the sandbox ([`super::netns`]) and starts
+//! serving it; only then is the sandbox released, so every process of the worker starts
+//! inside its limits and finds the proxy listening. A sandbox that could not be prepared
+//! stays blocked until it is killed: nothing of the worker ever runs unlimited or without
+//! its proxy.
 
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::netns::{listen_inside, NetnsError};
 use super::BwrapError;
 use crate::backend::cgroup::{CgroupError, RunCgroup};
+use crate::backend::egress::{EgressProxy, Peers, PROXY_PORT};
+use crate::backend::ServiceError;
 
 /// How long to wait for the sandbox's processes to disappear after killing it, and for the
 /// rest of bwrap's status once it exited.
 pub(super) const KILL_WAIT: Duration = Duration::from_secs(5);
 
-/// Why a sandbox could not be moved into the run's cgroup.
+/// Why a sandbox could not be prepared while it waited.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    #[error(transparent)]
+    #[error("cannot enforce the run's limits: {0}")]
     Cgroup(#[from] CgroupError),
+    #[error("cannot give the worker its egress proxy: {0}")]
+    Egress(#[from] NetnsError),
+    #[error("the egress proxy could not start: {0}")]
+    Serve(#[source] ServiceError),
+}
+
+/// What bwrap reported about its sandbox once it was set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Reported {
+    /// The sandbox's init, as a host pid.
+    pub(super) pid: i32,
+    pub(super) pid_ns: Option<u64>,
+    pub(super) net_ns: Option<u64>,
 }
 
 /// The parent's ends of bwrap's side channels.
-pub(super) struct Channels {
+pub(super) struct Channels<'a> {
     /// Kept open until the run is over: bwrap reports the exit code there at the end, and a
     /// closed pipe would kill it with SIGPIPE.
     pub(super) status: StatusPipe,
-    /// The write end of `--block-fd` while the sandbox waits for it (cgroup v2 only).
+    /// The write end of `--block-fd` while the sandbox waits for it (cgroup v2, egress).
     block: Option<OwnedFd>,
-    /// The block pipe of a sandbox that could not be moved into its cgroup: closing it would
-    /// release the sandbox, so it stays open until the channels are dropped.
+    /// The block pipe of a sandbox that could not be prepared: closing it would release the
+    /// sandbox, so it stays open until the channels are dropped.
     held_shut: Option<OwnedFd>,
+    /// The proxy to serve on the sandbox's loopback before it is released.
+    egress: Option<&'a dyn EgressProxy>,
 }
 
-impl Channels {
+impl<'a> Channels<'a> {
     /// Creates the pipes and names them on `argv` (after argv\[0\]): the status pipe, and the
-    /// block pipe when `cgroup` takes its processes only after the spawn (v2). Returns the
-    /// channels and bwrap's ends of the pipes, for the spawn to pass on.
-    pub(super) fn open(argv: &mut Vec<OsString>, cgroup: Option<&RunCgroup>) -> Result<(Channels, Vec<OwnedFd>), BwrapError> {
+    /// block pipe when `cgroup` takes its processes only after the spawn (v2) or `egress` must
+    /// listen inside first. Returns the channels and bwrap's ends of the pipes, for the spawn
+    /// to pass on.
+    pub(super) fn open(
+        argv: &mut Vec<OsString>,
+        cgroup: Option<&RunCgroup>,
+        egress: Option<&'a dyn EgressProxy>,
+    ) -> Result<(Channels<'a>, Vec<OwnedFd>), BwrapError> {
         let pipe = || rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(BwrapError::Pipe);
         let (status_r, status_w) = pipe()?;
         let mut args = vec![OsString::from("--json-status-fd"), status_w.as_raw_fd().to_string().into()];
         let mut theirs = vec![status_w];
-        let block = if cgroup.is_some_and(RunCgroup::needs_attach) {
+        let block = if cgroup.is_some_and(RunCgroup::needs_attach) || egress.is_some() {
             let (block_r, block_w) = pipe()?;
             args.extend([OsString::from("--block-fd"), block_r.as_raw_fd().to_string().into()]);
             theirs.push(block_r);
@@ -56,15 +82,27 @@ impl Channels {
             None
         };
         argv.splice(1..1, args);
-        Ok((Channels { status: StatusPipe::new(status_r), block, held_shut: None }, theirs))
+        Ok((Channels { status: StatusPipe::new(status_r), block, held_shut: None, egress }, theirs))
     }
 
-    /// bwrap reported its sandbox's init: with a sandbox waiting on the block pipe, moves bwrap
-    /// and the init into `cgroup` and releases the sandbox. On failure the sandbox stays
-    /// blocked, and the caller must kill it.
-    pub(super) fn started(&mut self, cgroup: Option<&RunCgroup>, bwrap_pid: i32, init_pid: i32) -> Result<(), CgroupError> {
-        let (Some(cg), Some(w)) = (cgroup, self.block.take()) else { return Ok(()) };
-        match cg.attach(bwrap_pid).and_then(|()| cg.attach(init_pid)) {
+    /// bwrap reported its sandbox: with a sandbox waiting on the block pipe, moves bwrap and
+    /// the init into `cgroup`, opens and serves the egress proxy's port inside, and releases
+    /// the sandbox. On failure the sandbox stays blocked, and the caller must kill it.
+    pub(super) fn started(&mut self, cgroup: Option<&RunCgroup>, bwrap_pid: i32, sandbox: Reported) -> Result<(), AttachError> {
+        let Some(w) = self.block.take() else { return Ok(()) };
+        let prepared = (|| -> Result<(), AttachError> {
+            if let Some(cg) = cgroup.filter(|cg| cg.needs_attach()) {
+                cg.attach(bwrap_pid)?;
+                cg.attach(sandbox.pid)?;
+            }
+            if let Some(proxy) = self.egress {
+                let listener = listen_inside(sandbox.pid, sandbox.net_ns, PROXY_PORT)?;
+                // Any peer: the socket exists only in the worker's own network namespace.
+                proxy.serve(listener, Peers::Any).map_err(AttachError::Serve)?;
+            }
+            Ok(())
+        })();
+        match prepared {
             Ok(()) => {
                 let _ = rustix::io::write(&w, b"1");
                 Ok(())
@@ -100,9 +138,9 @@ impl StatusPipe {
         self.exit_code
     }
 
-    /// Reads what the pipe holds now; returns the init pid and pid namespace when bwrap
-    /// reported them in this read.
-    pub(super) fn read_available(&mut self) -> Option<(i32, Option<u64>)> {
+    /// Reads what the pipe holds now; returns what bwrap reported about its sandbox when
+    /// that came in this read.
+    pub(super) fn read_available(&mut self) -> Option<Reported> {
         let Some(fd) = &self.fd else { return None };
         let mut chunk = [0u8; 1024];
         loop {
@@ -141,14 +179,15 @@ impl StatusPipe {
     }
 
     /// Consumes every complete JSON document in the buffer.
-    fn parse(&mut self) -> Option<(i32, Option<u64>)> {
+    fn parse(&mut self) -> Option<Reported> {
         let mut started = None;
         let mut stream = serde_json::Deserializer::from_slice(&self.buf).into_iter::<serde_json::Value>();
         let mut consumed = 0;
         while let Some(Ok(doc)) = stream.next() {
             consumed = stream.byte_offset();
             if let Some(pid) = doc.get("child-pid").and_then(serde_json::Value::as_i64) {
-                started = Some((pid as i32, doc.get("pid-namespace").and_then(serde_json::Value::as_u64)));
+                let ns = |k: &str| doc.get(k).and_then(serde_json::Value::as_u64);
+                started = Some(Reported { pid: pid as i32, pid_ns: ns("pid-namespace"), net_ns: ns("net-namespace") });
             }
             if let Some(code) = doc.get("exit-code").and_then(serde_json::Value::as_i64) {
                 self.exit_code = Some(code as i32);

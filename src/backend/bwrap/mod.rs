@@ -21,6 +21,8 @@ mod handshake;
 #[cfg(target_os = "linux")]
 mod launch;
 mod locate;
+#[cfg(target_os = "linux")]
+mod netns;
 mod render;
 #[cfg(target_os = "linux")]
 mod supervise;
@@ -33,6 +35,8 @@ use crate::plan::{LaunchPlan, DEFAULT_MEMORY, DEFAULT_PIDS};
 #[cfg(target_os = "linux")]
 pub use handshake::AttachError;
 pub use locate::{locate, probe, Located};
+#[cfg(target_os = "linux")]
+pub use netns::NetnsError;
 #[cfg_attr(not(target_os = "linux"), allow(unused_imports))]
 use render::secret_env;
 pub use render::{render_argv, render_argv_passed, render_argv_with, shell_line, BwrapFeatures, Passed};
@@ -84,10 +88,10 @@ pub enum BwrapError {
     /// The run's cgroup could not be created, written or entered before the spawn.
     #[error("cannot enforce the run's limits: {0}")]
     Limits(#[source] super::cgroup::CgroupError),
-    /// The sandbox could not be moved into the run's cgroup (v2) and was killed while it
-    /// still waited: `stopped` names what never started.
+    /// The sandbox could not be moved into the run's cgroup (v2) or given its egress proxy,
+    /// and was killed while it still waited: `stopped` names what never started.
     #[cfg(target_os = "linux")]
-    #[error("cannot enforce the run's limits, so the {stopped} was stopped before it started: {source}")]
+    #[error("{source}; the {stopped} was stopped before it started")]
     NotEntered {
         stopped: &'static str,
         #[source]

@@ -2,9 +2,11 @@
 //! here, so the whole sandbox layout is snapshot-tested without running bwrap.
 
 use std::ffi::OsString;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 
-use crate::plan::{LaunchPlan, SystemEntry};
+use crate::backend::egress;
+use crate::plan::{LaunchPlan, Network, SystemEntry};
 
 /// Optional bwrap options, which older releases lack. Detected from `bwrap --help`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +72,8 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
     let mut a: Vec<OsString> = vec![bwrap.into()];
     let mut push = |items: &[&str]| a.extend(items.iter().map(OsString::from));
 
-    // Namespaces: everything, then the network back only when allowed.
+    // Namespaces: everything, then the network back only when open. A proxied worker keeps
+    // its own network namespace, with only loopback, as with no network.
     push(&["--unshare-all"]);
     if plan.network.is_open() {
         push(&["--share-net"]);
@@ -94,7 +97,16 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
     // variables, see `secret_env`) plus these: no `--clearenv`, which would drop the secrets,
     // and no secret on this command line, which any local user can read in /proc/PID/cmdline.
     push(&["--cap-drop", "ALL"]);
-    for (k, v) in plan.env.iter().filter(|(k, _)| !is_secret(k)) {
+    // A proxied worker's only way out is the proxy on its own loopback (see `netns`): its
+    // variables replace any the plan has.
+    let proxy = match plan.network {
+        Network::Proxied => egress::proxy_env(SocketAddr::from((Ipv4Addr::LOCALHOST, egress::PROXY_PORT))),
+        Network::Off | Network::Open => Vec::new(),
+    };
+    for (k, v) in plan.env.iter().filter(|(k, _)| !is_secret(k) && !proxy.iter().any(|(p, _)| p == *k)) {
+        push(&["--setenv", k, v]);
+    }
+    for (k, v) in &proxy {
         push(&["--setenv", k, v]);
     }
 

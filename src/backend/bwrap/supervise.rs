@@ -23,13 +23,14 @@ use crate::plan::LaunchPlan;
 pub(super) fn run(plan: &LaunchPlan, output: Output, attached: Attached<'_>) -> Result<Finished, BackendError> {
     let (located, cgroup, support) = prepare(plan)?;
     let mut sup = Supervisor::new(plan, output, attached)?;
+    let attached_egress = attached.egress;
     for w in explicit_unenforced(plan, &support) {
         sup.notes().say(&format!("workcell: warning: not enforced by the bwrap backend: {w}"));
     }
     // bwrap reports the sandbox's init pid and, when the command ran, its exit code on the
     // status pipe; no exit code means bwrap itself failed (setup or exec).
     let (mut argv, held) = argv_and_fds(plan, located)?;
-    let (channels, theirs) = Channels::open(&mut argv, cgroup.as_ref())?;
+    let (channels, theirs) = Channels::open(&mut argv, cgroup.as_ref(), attached_egress)?;
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]).env_clear().envs(secret_env(plan));
     crate::backend::as_worker(&mut cmd, plan);
@@ -42,7 +43,7 @@ pub(super) fn run(plan: &LaunchPlan, output: Output, attached: Attached<'_>) -> 
 /// What the supervision loop knows of a bwrap sandbox.
 struct Bwrap<'a> {
     plan: &'a LaunchPlan,
-    channels: Channels,
+    channels: Channels<'a>,
     cgroup: Option<RunCgroup>,
     /// The sandbox's init, once bwrap reported it.
     init: Option<Init>,
@@ -60,11 +61,11 @@ impl Sandbox for Bwrap<'_> {
     }
 
     fn readable(&mut self, child: &Process) -> Result<(), BackendError> {
-        let Some((pid, pid_ns)) = self.channels.status.read_available() else { return Ok(()) };
-        self.init = Some(Init { pid, pidfd: pidfd(pid), pid_ns });
-        // With a cgroup v2 the sandbox waits until it is inside; if it cannot be moved in, it
-        // is killed while still blocked.
-        self.channels.started(self.cgroup.as_ref(), child.pid, pid).map_err(|e| BwrapError::NotEntered { stopped: "worker", source: e.into() }.into())
+        let Some(reported) = self.channels.status.read_available() else { return Ok(()) };
+        self.init = Some(Init { pid: reported.pid, pidfd: pidfd(reported.pid), pid_ns: reported.pid_ns });
+        // With a cgroup v2 or an egress proxy the sandbox waits until it is inside its cgroup
+        // and the proxy listens; if that fails, it is killed while still blocked.
+        self.channels.started(self.cgroup.as_ref(), child.pid, reported).map_err(|e| BwrapError::NotEntered { stopped: "worker", source: e }.into())
     }
 
     /// Every process of the sandbox except its init (which, as a pid namespace's init, would

@@ -1,10 +1,11 @@
 //! `workcell doctor` (why Docker does or does not work here) and `workcell gc` (remove
-//! what interrupted runs left behind).
+//! what interrupted runs left behind: containers, proxied runs' networks and firewall rules,
+//! stale images).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use bollard::query_parameters::{ListContainersOptions, ListImagesOptions, RemoveContainerOptions, RemoveImageOptions};
+use bollard::query_parameters::{ListContainersOptions, ListImagesOptions, ListNetworksOptions, RemoveContainerOptions, RemoveImageOptions};
 use serde::Serialize;
 
 use super::image::{self, LABEL_KIND};
@@ -105,6 +106,10 @@ pub fn diagnose() -> DockerDiagnosis {
 pub struct GcReport {
     /// Containers removed: `name (state)`.
     pub containers: Vec<String>,
+    /// Run networks removed (proxied runs), by name.
+    pub networks: Vec<String>,
+    /// Runs whose host firewall rules were removed, by name.
+    pub firewall: Vec<String>,
     /// Images removed, by tag or id.
     pub images: Vec<String>,
     /// Things that could not be removed, with the reason.
@@ -130,7 +135,8 @@ fn owner_alive(labels: &HashMap<String, String>) -> Option<bool> {
 
 /// Removes leftovers labelled `dev.workcell.managed=true`:
 /// containers that are not running or whose owning workcell process is gone (a container
-/// a live workcell owns is never touched), dangling images, host base images of layouts
+/// a live workcell owns is never touched), the networks and firewall rules of proxied runs
+/// whose workcell is gone, dangling images, host base images of layouts
 /// that are no longer current, `build:` images whose folder changed or vanished, and
 /// images labelled `dev.workcell.kind=temporary`. `all` also removes the current host base image and
 /// every `build:` image.
@@ -176,6 +182,8 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
             Err(e) => report.errors.push(format!("container {name}: {}", api_message(&e))),
         }
     }
+
+    networks(&docker, &mut report).await?;
 
     // Base images are per worker user: keep the ones of every user a run from here would use
     // (this user, the current directory's owner as root, the fallback user).
@@ -230,4 +238,53 @@ fn build_is_current(labels: &HashMap<String, String>, tags: &[String]) -> bool {
         Ok((hash, _)) => tags.iter().any(|t| *t == image::folder_tag(&dir, &hash)),
         Err(_) => false,
     }
+}
+
+/// Removes the networks of proxied runs whose workcell is gone, with their firewall rules,
+/// and rules whose network is gone. The rules are listed before the networks: a run sets
+/// its rules only once its network exists, so a rule listed first whose network is missing
+/// afterwards belongs to a run that has ended (a run starting meanwhile is never touched).
+async fn networks(docker: &bollard::Docker, report: &mut GcReport) -> Result<(), DockerError> {
+    use super::firewall;
+    // Only root can have set rules (and read them).
+    let root = rustix::process::geteuid().is_root();
+    let tagged = if root {
+        firewall::tagged_names().unwrap_or_else(|e| {
+            report.errors.push(format!("firewall rules: {e}"));
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=true")])]);
+    let networks = docker
+        .list_networks(Some(ListNetworksOptions { filters: Some(filters) }))
+        .await
+        .map_err(|e| DockerError::Api { what: "list networks".into(), source: e })?;
+    let names: Vec<String> = networks.iter().filter_map(|n| n.name.clone()).collect();
+    for n in networks {
+        let Some(name) = n.name else { continue };
+        // Owned by a live workcell, or made by hand (no owner): left alone.
+        if owner_alive(&n.labels.unwrap_or_default()) != Some(false) {
+            continue;
+        }
+        if root {
+            match firewall::remove(&name) {
+                Ok(()) => report.firewall.push(name.clone()),
+                Err(e) => report.errors.push(format!("firewall rules of {name}: {e}")),
+            }
+        }
+        match docker.remove_network(&name).await {
+            Ok(()) => report.networks.push(name),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+            Err(e) => report.errors.push(format!("network {name}: {}", api_message(&e))),
+        }
+    }
+    for name in tagged.into_iter().filter(|t| !names.contains(t)) {
+        match firewall::remove(&name) {
+            Ok(()) => report.firewall.push(name),
+            Err(e) => report.errors.push(format!("firewall rules of {name}: {e}")),
+        }
+    }
+    Ok(())
 }

@@ -4,12 +4,16 @@
 //! [`choose_init`] picked from the host; [`image`] makes sure the image exists locally (never
 //! pulling); the runner creates, attaches, starts, waits for and always removes the
 //! container, with [`reaper`] as the watchdog that removes it if workcell is killed (both
-//! remove through `container`); [`maintenance`] holds `doctor` and `gc`.
+//! remove through `container`); a proxied run also gets a [`network`] of its own, closed to
+//! the host by [`firewall`] rules, removed the same ways; [`maintenance`] holds `doctor`
+//! and `gc`.
 
 mod container;
+pub mod firewall;
 pub mod image;
 mod init;
 pub mod maintenance;
+pub mod network;
 pub mod reaper;
 pub mod render;
 mod runner;
@@ -21,6 +25,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 
+use super::egress::EgressProxy;
 use super::BackendError;
 use crate::plan::LaunchPlan;
 
@@ -71,6 +76,9 @@ pub enum DockerError {
     /// The host's base image (for `image: host`) cannot be assembled.
     #[error("cannot assemble the host base image: {0}")]
     HostBase(#[source] std::io::Error),
+    /// The firewall rules that confine a proxied run cannot be set or checked.
+    #[error(transparent)]
+    Firewall(#[from] firewall::FirewallError),
 }
 
 impl From<DockerError> for BackendError {
@@ -167,14 +175,16 @@ pub fn probe() -> Result<String, BackendError> {
 /// Runs the plan in a container, its output to `output`; the exit status is the worker's
 /// (124 on timeout, 130/143/129 when workcell is interrupted, 126/127 when the command cannot
 /// be run). The container is removed on every path that workcell survives.
-pub fn run(plan: &LaunchPlan, output: super::Output) -> Result<super::Finished, BackendError> {
+/// With `egress` (a proxied plan) the container gets a network of the run's own and firewall
+/// rules, removed with it ([`network`]).
+pub fn run(plan: &LaunchPlan, output: super::Output, egress: Option<&dyn EgressProxy>) -> Result<super::Finished, BackendError> {
     let sink = match output {
         super::Output::Inherit => runner::Sink::Inherit,
         super::Output::Capture => runner::Sink::Capture(std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()))),
     };
     let mut notes = super::supervise::Notes::new(output);
     let rt = runtime()?;
-    let r = rt.block_on(runner::run(plan, sink.clone(), &mut notes));
+    let r = rt.block_on(runner::run(plan, sink.clone(), &mut notes, egress));
     // Do not wait for the blocking thread that may still sit in a read of our stdin.
     rt.shutdown_background();
     let (code, timed_out) = r?;

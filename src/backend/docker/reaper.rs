@@ -4,8 +4,8 @@
 //! `workcell __reap NAME` in a session of its own, with the read end of a pipe as its stdin.
 //! workcell keeps the write end: when the run has removed its container it writes `d` and the
 //! watchdog exits at once; if workcell dies first, the pipe reaches end of file and the
-//! watchdog force-removes the container (a container that was never created, or is already
-//! gone, is fine).
+//! watchdog force-removes the container, then the run's network and firewall rules (what was
+//! never created, or is already gone, is fine).
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -91,6 +91,8 @@ pub fn watch(container: &str) -> i32 {
         match super::connect().await {
             Ok(docker) => {
                 super::container::remove(&docker, container).await;
+                // A proxied run's network and firewall rules (none is fine).
+                super::network::close(&docker, container).await;
                 0
             }
             Err(_) => 1,

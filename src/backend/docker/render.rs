@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountBindOptionsPropagationEnum, MountType};
 use serde::Serialize;
 
-use crate::plan::LaunchPlan;
+use crate::plan::{LaunchPlan, Network};
 
 /// Label every container and image workcell creates carries.
 pub const LABEL_MANAGED: &str = "dev.workcell.managed";
@@ -67,7 +67,8 @@ pub enum Init {
 ///
 /// Hardening is not optional here: every run drops all capabilities, sets
 /// `no-new-privileges`, has a read-only root, a private `/tmp`, process/memory limits and
-/// an init process, and has no network unless the plan allows it.
+/// an init process, and has no network unless the plan allows it (a proxied plan's network is
+/// completed by the runner: the proxy's address is known only once the network exists).
 pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
     let mut mounts = Vec::new();
     for entry in &plan.system {
@@ -96,7 +97,14 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         security_opt: Some(vec!["no-new-privileges".into()]),
         readonly_rootfs: Some(true),
         init: Some(*init == Init::Docker),
-        network_mode: Some(if plan.network.is_open() { "bridge" } else { "none" }.into()),
+        // Proxied: the run's own internal network, made by the runner under the container's
+        // name ([`super::network`]), and a DNS server where nothing answers.
+        network_mode: Some(match plan.network {
+            Network::Open => "bridge".into(),
+            Network::Off => "none".into(),
+            Network::Proxied => container_name(plan),
+        }),
+        dns: (plan.network == Network::Proxied).then(|| vec![super::network::NOWHERE_DNS.to_string()]),
         pids_limit: plan.limits.pids,
         memory,
         // Swap equal to memory means "no swap on top": the limit is the limit.
@@ -130,7 +138,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         open_stdin: Some(plan.interactive),
         // The container's stdin closes when workcell's does, as with `docker run -i`.
         stdin_once: Some(plan.interactive),
-        network_disabled: Some(!plan.network.is_open()),
+        network_disabled: Some(plan.network == Network::Off),
         host_config: Some(host_config),
         ..Default::default()
     };
@@ -177,6 +185,7 @@ mod tests {
             ],
             tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
             network: if network { crate::plan::Network::Open } else { crate::plan::Network::Off },
+            egress: None,
             env,
             user: UserSpec { uid: 1000, gid: 1000 },
             workdir: "/out".into(),
@@ -217,6 +226,18 @@ mod tests {
         let s = render(&plan(true), "img", &Init::Docker);
         let hc = s.create.host_config.unwrap_or_default();
         assert_eq!(hc.network_mode.as_deref(), Some("bridge"));
+        assert_eq!(s.create.network_disabled, Some(false));
+    }
+
+    #[test]
+    fn proxied_joins_the_runs_network_without_dns() {
+        let mut p = plan(false);
+        p.network = crate::plan::Network::Proxied;
+        let s = render(&p, "img", &Init::Docker);
+        let hc = s.create.host_config.unwrap_or_default();
+        assert_eq!(hc.network_mode.as_deref(), Some("workcell-0123456789abcdef"));
+        assert_eq!(hc.network_mode, Some(s.name));
+        assert_eq!(hc.dns, Some(vec!["127.0.0.1".to_string()]));
         assert_eq!(s.create.network_disabled, Some(false));
     }
 

@@ -13,7 +13,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::container::remove;
-use super::{image, render, DockerError};
+use super::{image, network, render, DockerError};
+use crate::backend::egress::EgressProxy;
 use crate::backend::outcome::Explained;
 use crate::backend::supervise::Notes;
 use crate::plan::LaunchPlan;
@@ -45,7 +46,11 @@ pub enum Sink {
 
 /// Runs the plan with its output sent to `sink` and workcell's own words to `notes`; returns
 /// the exit status and whether the timeout ended the run.
-pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes) -> Result<(i32, bool), DockerError> {
+pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Option<&dyn EgressProxy>) -> Result<(i32, bool), DockerError> {
+    // A proxied run needs root for its firewall rules: refused before anything is made.
+    if egress.is_some() {
+        super::firewall::check()?;
+    }
     // Signal handlers first: a Ctrl-C at any point after this still removes the container.
     let sig = |k: SignalKind| signal(k).map_err(|source| DockerError::Io { what: "cannot install a signal handler".into(), source });
     let mut sigint = sig(SignalKind::interrupt())?;
@@ -68,8 +73,26 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes) -> Result<(i3
     }
     let name = settings.name.clone();
     let options = CreateContainerOptions { name: Some(name.clone()), ..Default::default() };
-    // Before the container exists: whatever kills workcell from here on, the watchdog removes it.
+    // Before the container exists: whatever kills workcell from here on, the watchdog removes it
+    // (and the run's network and firewall rules).
     let reaper = super::reaper::Reaper::start(&name);
+    // A proxied run's network, firewall rules and listening proxy, before the container: a
+    // signal meanwhile waits in its stream and ends the run at the next step, with cleanup.
+    let proxied = match egress {
+        None => None,
+        Some(proxy) => match network::open(&docker, &name, settings.create.labels.clone().unwrap_or_default(), proxy).await {
+            Ok(net) => {
+                network::set_proxy_env(settings.create.env.get_or_insert_with(Vec::new), net.proxy());
+                Some(net)
+            }
+            Err(e) => {
+                if let Some(r) = reaper {
+                    r.disarm();
+                }
+                return Err(e);
+            }
+        },
+    };
     // Creating is raced with the signals too; if a signal wins, the container may exist
     // already, so cleanup below runs on every path from here on.
     let ended = tokio::select! {
@@ -80,6 +103,9 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes) -> Result<(i3
     };
     drop(staging);
     remove(&docker, &name).await;
+    if proxied.is_some() {
+        network::close(&docker, &name).await;
+    }
     if let Some(r) = reaper {
         r.disarm();
     }

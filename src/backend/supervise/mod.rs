@@ -40,11 +40,16 @@ pub struct Attached<'a> {
     /// The tool broker: started when the worker first connects (host-process backends), or
     /// before the worker (docker).
     pub broker: Option<&'a dyn OnDemand>,
+    /// The egress proxy of a plan whose network is
+    /// [`Proxied`](crate::plan::Network::Proxied): the backend makes the listener only the
+    /// worker can reach and calls [`EgressProxy::serve`](crate::backend::egress::EgressProxy)
+    /// before the worker starts.
+    pub egress: Option<&'a dyn crate::backend::egress::EgressProxy>,
 }
 
 impl std::fmt::Debug for Attached<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Attached").field("broker", &self.broker.is_some()).finish()
+        f.debug_struct("Attached").field("broker", &self.broker.is_some()).field("egress", &self.egress.is_some()).finish()
     }
 }
 

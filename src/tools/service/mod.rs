@@ -247,6 +247,13 @@ impl ToolService {
         }
     }
 
+    /// Asks (per the run's approval mode) whether the worker may connect to `destination`
+    /// (`host:port`), which no network rule lists; audited like every decision. A session
+    /// approval covers that destination.
+    pub fn consent_to_connect(&self, destination: &str) -> Result<(), ToolError> {
+        self.consent(ApprovalRequest::new(Action::Connect, destination, destination))
+    }
+
     /// Decides a consent request and audits the decision.
     fn consent(&self, req: ApprovalRequest) -> Result<(), ToolError> {
         let decision = match self.approver.lock() {
@@ -363,12 +370,9 @@ impl ToolService {
         }
         chain.push(name.to_string());
         let sb = self.sandbox();
-        let mut child_sandbox = child.decl.apply(&sb).map_err(ToolError::Sandbox)?;
-        // The child keeps its own `network: false` (its project-derived sandbox carries it);
-        // the parent's network can only narrow it, never widen it.
-        if !child.sandbox.network() {
-            child_sandbox = child_sandbox.without_network();
-        }
+        // The child's own network (its project-derived sandbox carries it: off, open or its
+        // rules) under the caller's: never more than either; it keeps the caller's hosts:.
+        let child_sandbox = child.decl.apply(&sb).map_err(ToolError::Sandbox)?.network_narrowed_by(child.sandbox.network_access());
         let files = super::attach::check(&sb, &child, attachments)?;
         let ask = self.caller.worker.as_ref().and_then(|w| w.tool_rules.get("call_worker").and_then(|r| r.approval_required)).unwrap_or(true);
         if ask {

@@ -1,0 +1,271 @@
+//! Network rules end to end: `workcell run` of a project with `network: {allow, deny, hosts}`
+//! on docker and on bwrap (the same bodies), the worker an ordinary Python client. Test
+//! servers listen on 127.0.0.2 of the host, reached through names of `hosts:`; the proxy runs
+//! on the host, so only it can reach them. Traffic stays on loopback and on this test's own
+//! containers (the compose topology).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::Command as StdCommand;
+use std::time::Duration;
+
+/// A deadline that only turns a hang into a failure.
+const HANG: Duration = Duration::from_secs(60);
+
+/// An HTTP server on 127.0.0.2: each request gets `200` and `hello <path>`.
+fn web_server() -> SocketAddr {
+    let l = TcpListener::bind(("127.0.0.2", 0)).expect("bind a test server on loopback");
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(HANG));
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                if r.read_line(&mut first).is_err() {
+                    return;
+                }
+                loop {
+                    let mut line = String::new();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                let body = format!("hello {}", first.split_whitespace().nth(1).unwrap_or(""));
+                let mut s = s;
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            });
+        }
+    });
+    addr
+}
+
+/// A server on 127.0.0.2 that answers each line `X` with `pong:X`, until the peer closes.
+fn echo_server() -> SocketAddr {
+    let l = TcpListener::bind(("127.0.0.2", 0)).expect("bind a test server on loopback");
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(HANG));
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut s = s;
+                let mut line = String::new();
+                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
+                    let _ = write!(s, "pong:{line}");
+                    line.clear();
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A project whose worker may reach `good.test` (the web server) and `echo.test` (the echo
+/// server) and nothing else; `bad.test` points at the web server too but is denied.
+fn project(backend: &str, web: SocketAddr, echo: SocketAddr) -> (tempfile::TempDir, std::path::PathBuf) {
+    let p = support::Proj::new();
+    let config = format!(
+        "sandbox:\n  zones:\n    out: {{path: ./out, mode: rw}}\n  network:\n    allow: [\"good.test:{w}\", \"*.good.test:{w}\", \"echo.test:{e}\", \"localhost:{w}\"]\n    deny: [\"bad.good.test\"]\n    hosts: {{good.test: 127.0.0.2, bad.good.test: 127.0.0.2, x.good.test: 127.0.0.2, other.test: 127.0.0.2, echo.test: 127.0.0.2}}\ndefaults:\n  image: host\n  backend: {backend}\n  limits: {{timeout: 2m}}\n",
+        w = web.port(),
+        e = echo.port()
+    );
+    support::write_project(&p.dir, &config, &[]);
+    (p.tmp, p.dir)
+}
+
+/// The worker's Python: one line of output per step, the proxy from its environment.
+const CLIENT: &str = r#"
+import os, socket, sys, urllib.request, urllib.error
+web, echo = int(sys.argv[1]), int(sys.argv[2])
+for k in ("no_proxy", "NO_PROXY"):
+    os.environ.pop(k, None)  # localhost must go through the proxy too, to be judged
+def get(url):
+    try:
+        r = urllib.request.urlopen(url, timeout=30)
+        return "%d %s" % (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode().splitlines()[0])
+    except Exception as e:
+        return "ERR %s" % type(e).__name__
+for name, url in [("allowed", "http://good.test:%d/a" % web), ("wildcard", "http://x.good.test:%d/b" % web),
+                  ("unlisted", "http://other.test:%d/" % web), ("denied", "http://bad.good.test:%d/" % web),
+                  ("port", "http://good.test:%d/" % echo), ("literal", "http://127.0.0.2:%d/" % web),
+                  ("loopback", "http://localhost:%d/" % web)]:
+    print(name, get(url))
+proxy = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/")
+host, port = proxy.rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=30)
+s.sendall(b"CONNECT echo.test:%d HTTP/1.1\r\nHost: echo.test:%d\r\n\r\n" % (echo, echo))
+f = s.makefile("rwb")
+status = f.readline().decode().strip()
+while f.readline() not in (b"\r\n", b""):
+    pass
+f.write(b"ping\n"); f.flush()
+print("connect", status.split(" ")[1], f.readline().decode().strip())
+s.close()
+s = socket.create_connection((host, int(port)), timeout=30)
+s.sendall(b"\x05\x01\x00")
+assert s.recv(2) == b"\x05\x00"
+name = b"echo.test"
+s.sendall(b"\x05\x01\x00\x03" + bytes([len(name)]) + name + echo.to_bytes(2, "big"))
+reply = s.recv(10)
+s.sendall(b"socks\n")
+print("socks", reply[1], s.makefile("rb").readline().decode().strip())
+try:
+    socket.create_connection(("127.0.0.2", web), timeout=5)
+    print("direct CONNECTED")
+except OSError as e:
+    print("direct refused")
+sys.exit(7)
+"#;
+
+/// The `egress` lines of the project's audit log.
+fn egress_lines(dir: &Path) -> Vec<serde_json::Value> {
+    let log = std::fs::read_to_string(dir.join(".workcell/audit.jsonl")).expect("audit log");
+    log.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v["event"] == "egress").collect()
+}
+
+mod body {
+    use super::*;
+
+    /// Allowed names are fetched through the proxy (forward, CONNECT, SOCKS5); every other
+    /// destination gets an explained 403 and an audit line; a direct connection gets nowhere;
+    /// the run's status is the worker's.
+    pub fn rules_hold(backend: &str) {
+        let (web, echo) = (web_server(), echo_server());
+        let (_tmp, dir) = project(backend, web, echo);
+        let out = support::workcell_in(&dir)
+            .args(["run", "--", "python3", "-c", CLIENT, &web.port().to_string(), &echo.port().to_string()])
+            .output()
+            .expect("workcell run");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let said = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(7), "the worker's own status: {said}");
+        let line = |name: &str| stdout.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name} line: {said}")).to_string();
+        assert_eq!(line("allowed"), "allowed 200 hello /a", "{said}");
+        assert_eq!(line("wildcard"), "wildcard 200 hello /b", "{said}");
+        for refused in ["unlisted", "denied", "port", "literal", "loopback"] {
+            let l = line(refused);
+            assert!(l.starts_with(&format!("{refused} 403 workcell egress proxy refused")), "{refused} must be an explained 403: {l}\n{said}");
+        }
+        assert_eq!(line("connect"), "connect 200 pong:ping", "{said}");
+        assert_eq!(line("socks"), "socks 0 pong:socks", "{said}");
+        assert_eq!(line("direct"), "direct refused", "{said}");
+
+        let lines = egress_lines(&dir);
+        let refused = lines.iter().filter(|v| v["verdict"] == "refused").count();
+        let allowed = lines.iter().filter(|v| v["verdict"] == "allowed").count();
+        assert!(refused >= 5, "one audit line per refusal: {lines:#?}");
+        assert!(allowed >= 4, "one audit line per allowed connection: {lines:#?}");
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal) => {
+        mod $module {
+            use super::*;
+            #[test]
+            fn rules_hold() {
+                if support::backend_ready($backend) {
+                    body::rules_hold($backend);
+                }
+            }
+            #[test]
+            fn compose_topology() {
+                if support::backend_ready($backend) {
+                    compose::topology($backend);
+                }
+            }
+        }
+    };
+}
+
+backend_suite!(bwrap, "bwrap");
+backend_suite!(docker, "docker");
+
+/// The repository's `docker-compose.yml` (the README's demo) and `examples/egress`: the
+/// allowed server is fetched, the refused one gets the proxy's 403.
+mod compose {
+    use super::*;
+
+    /// `docker-compose down` when the test ends, however it ends.
+    struct Up {
+        project: String,
+        env: Vec<(String, String)>,
+    }
+
+    impl Drop for Up {
+        fn drop(&mut self) {
+            let _ = compose(&self.project, &self.env, &["down", "--remove-orphans"]);
+        }
+    }
+
+    fn compose(project: &str, env: &[(String, String)], args: &[&str]) -> std::process::Output {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker-compose.yml");
+        StdCommand::new("docker-compose")
+            .arg("-f")
+            .arg(file)
+            .args(["-p", project])
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("docker-compose (apt-get install docker-compose)")
+    }
+
+    /// A port free on 127.0.0.1 now (the compose servers bind it next).
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// Waits until `port` answers with `200`.
+    fn wait_until_serving(port: u16) {
+        let start = std::time::Instant::now();
+        loop {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+                let mut got = String::new();
+                let _ = s.read_to_string(&mut got);
+                if got.starts_with("HTTP/1.0 200") || got.starts_with("HTTP/1.1 200") {
+                    return;
+                }
+            }
+            assert!(start.elapsed() < HANG, "the compose server on port {port} never answered");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn topology(backend: &str) {
+        let (allowed, refused) = (free_port(), free_port());
+        let env = vec![("WORKCELL_DEMO_ALLOWED_PORT".to_string(), allowed.to_string()), ("WORKCELL_DEMO_REFUSED_PORT".to_string(), refused.to_string())];
+        let up = Up { project: format!("wctest{}{}", backend, support::unique()), env };
+        let out = compose(&up.project, &up.env, &["up", "-d", "--build"]);
+        assert!(out.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&out.stderr));
+        wait_until_serving(allowed);
+        wait_until_serving(refused);
+
+        // The example project, with the ports this test's servers got.
+        let tmp = tempfile::tempdir().unwrap();
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/egress");
+        let config = std::fs::read_to_string(example.join("workcell.yaml")).unwrap().replace("18080", &allowed.to_string());
+        let worker = std::fs::read_to_string(example.join("workers/fetch.worker"))
+            .unwrap()
+            .replace("18080", &allowed.to_string())
+            .replace("18081", &refused.to_string());
+        support::write_project(tmp.path(), &config, &[("fetch", &worker)]);
+        support::give_to_worker(tmp.path());
+        let out = support::workcell_in(tmp.path()).args(["run", "--backend", backend, "fetch"]).output().expect("workcell run");
+        let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(said.contains(&format!("http://allowed.test:{allowed}/ -> allowed: you reached the allowed server")), "{said}");
+        assert!(said.contains(&format!("http://refused.test:{refused}/ -> 403 workcell egress proxy refused refused.test:{refused}")), "{said}");
+        assert!(!said.contains("you should never see this"), "{said}");
+    }
+}
