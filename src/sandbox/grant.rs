@@ -132,15 +132,30 @@ impl Sandbox {
                 Err(e) => return Err(failed("the granted directory cannot be opened", e)),
             };
             if let (true, Some(owner)) = (created, owner) {
-                // Only a directory this process made (another one renamed into its place in
-                // the meantime keeps its owner).
-                if rustix::fs::fstat(&next).is_ok_and(|st| st.st_uid == me.as_raw()) {
-                    rustix::fs::fchown(&next, Some(rustix::process::Uid::from_raw(owner.uid)), Some(rustix::process::Gid::from_raw(owner.gid)))
-                        .map_err(|e| failed("the created directory cannot be given to the worker's user", e))?;
+                // Between mkdirat and openat a worker sharing the zone can rename another
+                // directory into this name (RENAME_EXCHANGE): one of the zone's directories
+                // it may move but not change, root's say. Only a directory that is ours and
+                // empty is given away: that one holds nothing the worker could not make
+                // itself. Anything else means the name changed under us: refuse the launch.
+                if !rustix::fs::fstat(&next).is_ok_and(|st| st.st_uid == me.as_raw()) || !is_empty(&next) {
+                    return Err(SandboxError::Io {
+                        op: "create",
+                        path: show(&shown),
+                        message: format!("'{}' was replaced while it was being created; nothing was given to the worker: run again", show(name)),
+                    });
                 }
+                rustix::fs::fchown(&next, Some(rustix::process::Uid::from_raw(owner.uid)), Some(rustix::process::Gid::from_raw(owner.gid)))
+                    .map_err(|e| failed("the created directory cannot be given to the worker's user", e))?;
             }
             cur = next;
         }
         Ok(Dir::from_std_file(std::fs::File::from(cur)))
     }
+}
+
+/// True when the open directory `dir` has no entry but `.` and `..` (read through its own
+/// handle, never by name).
+fn is_empty(dir: &OwnedFd) -> bool {
+    let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else { return false };
+    entries.all(|e| e.is_ok_and(|e| matches!(e.file_name().to_bytes(), b"." | b"..")))
 }

@@ -1,0 +1,99 @@
+//! Attacks on grants of directories that do not exist yet (`allow_write: [/out/reports]`
+//! before `reports/` is there): what a hostile worker sharing the zone can do while
+//! workcell creates the directory at launch.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use support::{give_to_worker, worker_uid, write_project};
+use workcell::config::Project;
+use workcell::plan::UserSpec;
+
+const CONFIG: &str = "sandbox:\n  zones:\n    out: {path: ./out, mode: rw}\n";
+
+fn project(workers: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
+    std::fs::create_dir_all(dir.join("out")).expect("mkdir out");
+    write_project(&dir, CONFIG, workers);
+    give_to_worker(&dir);
+    (tmp, dir)
+}
+
+/// A worker sharing `out/` swaps the directory workcell has just made with a directory of
+/// the zone it may rename but not change (root's, with a file in it), in a loop. Whatever
+/// the interleaving, workcell never gives that directory (or its file) to the worker: the
+/// directory it hands over is one it made and found empty, or the launch is refused.
+#[test]
+fn an_exchanged_directory_is_never_given_to_the_worker() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: needs root (ownership is the boundary under test)");
+        return;
+    }
+    let (_tmp, dir) = project(&[("w", "---\nsandbox:\n  allow_write: [/out/reports]\ncommand: [true]\n---\n")]);
+    let out = dir.join("out");
+    let rootdir = out.join("rootdir");
+    std::fs::create_dir(&rootdir).expect("mkdir rootdir");
+    std::fs::write(rootdir.join("keep"), "root's").expect("write keep");
+    std::os::unix::fs::chown(&rootdir, Some(0), Some(0)).expect("chown");
+    std::os::unix::fs::chown(rootdir.join("keep"), Some(0), Some(0)).expect("chown");
+    let ino = std::fs::metadata(&rootdir).expect("stat").ino();
+
+    let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
+    let sandbox = project.worker("w").expect("accepted at load").sandbox.clone();
+    let user = UserSpec { uid: worker_uid(), gid: worker_uid() };
+
+    // The exchanger holds the read side while it swaps; the test takes the write side to
+    // put things back between launches.
+    let gate = Arc::new(RwLock::new(()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = {
+        let (gate, stop, out) = (gate.clone(), stop.clone(), out.clone());
+        std::thread::spawn(move || {
+            let dirfd = rustix::fs::open(&out, rustix::fs::OFlags::PATH | rustix::fs::OFlags::DIRECTORY, rustix::fs::Mode::empty()).expect("open out");
+            let mut swapped = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let _g = gate.read().expect("gate");
+                if rustix::fs::renameat_with(&dirfd, "reports", &dirfd, "rootdir", rustix::fs::RenameFlags::EXCHANGE).is_ok() {
+                    swapped += 1;
+                }
+            }
+            swapped
+        })
+    };
+
+    let where_is = |ino: u64| -> PathBuf {
+        ["rootdir", "reports"].iter().map(|n| out.join(n)).find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.ino() == ino)).expect("root's directory")
+    };
+    let mut refused = 0;
+    let mut result = Ok(());
+    for round in 0..4000 {
+        if sandbox.materialize(user).is_err() {
+            refused += 1;
+        }
+        let _g = gate.write().expect("gate");
+        let now = where_is(ino);
+        let m = std::fs::symlink_metadata(&now).expect("stat");
+        let keep = std::fs::symlink_metadata(now.join("keep")).expect("stat keep");
+        if (m.uid(), m.gid(), keep.uid()) != (0, 0, 0) {
+            result = Err(format!("round {round}: root's directory {} now belongs to {}:{} (file {})", now.display(), m.uid(), m.gid(), keep.uid()));
+            break;
+        }
+        // Back to the start: root's directory at rootdir, no reports.
+        if now != rootdir {
+            std::fs::rename(&now, &rootdir).expect("put back");
+        }
+        let _ = std::fs::remove_dir(out.join("reports"));
+        assert!(!out.join("reports").exists(), "round {round}: reports left");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swapped = swaps.join().expect("exchanger");
+    eprintln!("exchanges: {swapped}, launches refused: {refused}");
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
