@@ -97,3 +97,54 @@ fn an_exchanged_directory_is_never_given_to_the_worker() {
         panic!("{e}");
     }
 }
+
+fn run(dir: &std::path::Path, backend: &str, worker: &str) -> std::process::Output {
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .args(["run", worker, "--backend", backend])
+        .output()
+        .expect("start workcell");
+    eprintln!("workcell run {worker} -> {:?}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+mod body {
+    use super::*;
+
+    /// A launch that is refused creates nothing: not the directories granted for writing
+    /// when a read-only grant of the same worker is missing, not when the run fails later
+    /// (no command to run).
+    pub fn a_refused_launch_leaves_nothing(backend: &str) {
+        let (_tmp, dir) = project(&[
+            ("mixed", "---\nsandbox:\n  allow_write: [/out/made/deep]\n  allow_read: [/out/made/deep, /out/ghost]\ncommand: [true]\n---\n"),
+            ("nocmd", "---\nsandbox:\n  allow_write: [/out/made/deep]\n---\n"),
+        ]);
+        for w in ["nocmd", "mixed"] {
+            let out = run(&dir, backend, w);
+            assert_ne!(out.status.code(), Some(0), "{w}: the launch was not refused");
+            let left: Vec<_> = std::fs::read_dir(dir.join("out")).expect("read out").map(|e| e.expect("entry").file_name()).collect();
+            assert!(left.is_empty(), "{w}: a refused launch left {left:?} in out/");
+        }
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    if support::backend_ready($backend) {
+                        body::$test($backend);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+backend_suite!(bwrap, "bwrap", [a_refused_launch_leaves_nothing]);
+backend_suite!(docker, "docker", [a_refused_launch_leaves_nothing]);

@@ -101,7 +101,9 @@ impl Session {
     pub fn prepare(spec: Spec<'_>) -> Result<Session, RunError> {
         // Granted directories that do not exist yet are created now, owned by the worker's
         // user; the plan and the tool service then hold them like any other area.
-        let sandbox = spec.sandbox.materialize(crate::plan::worker_user(&spec.project.dir, spec.project.defaults.user)).map_err(PlanError::Grant)?;
+        // Removed again (when still empty) if the launch is refused below.
+        let (sandbox, created) =
+            spec.sandbox.materialize_undoable(crate::plan::worker_user(&spec.project.dir, spec.project.defaults.user)).map_err(PlanError::Grant)?;
         let mut plan = LaunchPlan::build(&spec.project, spec.worker, &sandbox, &spec.overrides)?;
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
@@ -156,6 +158,7 @@ impl Session {
         };
         let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved };
         session.record_start(&spec.chain)?;
+        created.keep();
         Ok(session)
     }
 

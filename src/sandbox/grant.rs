@@ -69,8 +69,20 @@ impl Sandbox {
     /// created beneath its held parent and owned by `owner`, every directory granted for
     /// reading opened (it must exist by now). Used at launch, never by `plan` or `check`.
     pub fn materialize(&self, owner: UserSpec) -> Result<Sandbox, SandboxError> {
+        self.materialize_undoable(owner).map(|(sandbox, created)| {
+            created.keep();
+            sandbox
+        })
+    }
+
+    /// [`Sandbox::materialize`], with the directories it created: they are removed again
+    /// (when still empty) if the [`Created`] is dropped without [`Created::keep`], so a
+    /// launch refused after this step leaves nothing behind. A failure here removes what
+    /// this call created before returning.
+    pub fn materialize_undoable(&self, owner: UserSpec) -> Result<(Sandbox, Created), SandboxError> {
+        let mut created = Created::default();
         if self.pending.is_empty() {
-            return Ok(self.clone());
+            return Ok((self.clone(), created));
         }
         let mut readable = self.readable.clone();
         let mut writable = self.writable.clone();
@@ -78,25 +90,25 @@ impl Sandbox {
         // once that one is created.
         let (writes, reads): (Vec<&Pending>, Vec<&Pending>) = self.pending.iter().partition(|p| p.write);
         for p in writes {
-            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, Some(owner))?) };
+            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, Some(owner), &mut created)?) };
             readable.push(area.clone());
             writable.push(area);
         }
         for p in reads {
-            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, None)?) };
+            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, None, &mut created)?) };
             readable.push(area);
         }
         let mut out = self.clone();
         out.readable = minimise(readable);
         out.writable = minimise(writable);
         out.pending = Vec::new();
-        Ok(out)
+        Ok((out, created))
     }
 
     /// Walks `p.missing` beneath `p.base`, creating each name when `owner` is given, and
     /// returns the handle of the last one. Never follows a link; never writes into a
     /// control directory.
-    fn create_pending(&self, p: &Pending, owner: Option<UserSpec>) -> Result<Dir, SandboxError> {
+    fn create_pending(&self, p: &Pending, owner: Option<UserSpec>, made: &mut Created) -> Result<Dir, SandboxError> {
         let shown = self.area_path(&p.key);
         let failed = |what: &str, e: Errno| SandboxError::Io { op: "create", path: show(&shown), message: format!("{what} ({})", std::io::Error::from(e)) };
         let mut cur: OwnedFd =
@@ -144,6 +156,10 @@ impl Sandbox {
                         message: format!("'{}' was replaced while it was being created; nothing was given to the worker: run again", show(name)),
                     });
                 }
+                // Ours: removed again if the launch is refused.
+                if let (Ok(parent), Ok(st)) = (cur.try_clone(), rustix::fs::fstat(&next)) {
+                    made.dirs.push((parent, name.clone(), (st.st_dev, st.st_ino)));
+                }
                 rustix::fs::fchown(&next, Some(rustix::process::Uid::from_raw(owner.uid)), Some(rustix::process::Gid::from_raw(owner.gid)))
                     .map_err(|e| failed("the created directory cannot be given to the worker's user", e))?;
             }
@@ -158,4 +174,32 @@ impl Sandbox {
 fn is_empty(dir: &OwnedFd) -> bool {
     let Ok(mut entries) = rustix::fs::Dir::read_from(dir) else { return false };
     entries.all(|e| e.is_ok_and(|e| matches!(e.file_name().to_bytes(), b"." | b"..")))
+}
+
+/// Directories a launch created, removed again unless [`Created::keep`] is called.
+#[derive(Debug, Default)]
+pub struct Created {
+    /// In creation order: the held parent, the name, and the identity of what was made.
+    dirs: Vec<(OwnedFd, String, (u64, u64))>,
+}
+
+impl Created {
+    /// The launch went ahead: the directories stay.
+    pub fn keep(mut self) {
+        self.dirs.clear();
+    }
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        // Deepest first; beneath the held parent, never by path; only the directory this
+        // launch made (same identity), and only while empty (rmdir refuses anything else),
+        // so nothing anyone wrote is ever removed.
+        for (parent, name, id) in self.dirs.drain(..).rev() {
+            let same = rustix::fs::statat(&parent, name.as_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == id);
+            if same {
+                let _ = rustix::fs::unlinkat(&parent, name.as_str(), rustix::fs::AtFlags::REMOVEDIR);
+            }
+        }
+    }
 }

@@ -36,6 +36,7 @@ pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
+pub use grant::Created;
 pub use io::{FileKind, FileStat, Listing, ReadResult, EDIT_MAX_BYTES, LIST_LIMIT};
 pub use links::{FollowError, Followed};
 pub use path::VirtualPath;
