@@ -148,3 +148,37 @@ macro_rules! backend_suite {
 
 backend_suite!(bwrap, "bwrap", [a_refused_launch_leaves_nothing]);
 backend_suite!(docker, "docker", [a_refused_launch_leaves_nothing]);
+
+/// A FIFO in a zone (a worker makes one with `mkfifo`): the file tools refuse it at once
+/// instead of waiting for a writer (which would hang the tool service, and `workcell mcp`
+/// for the host's agent), and `check` says so rather than "allowed".
+#[test]
+fn a_fifo_is_refused_not_waited_for() {
+    let (_tmp, dir) = project(&[]);
+    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, max_file_bytes: 4}\n").expect("config");
+    let fifo = dir.join("out/f.txt");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo").success());
+    let o = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .args(["check", "/out/f.txt"])
+        .output()
+        .expect("check");
+    assert_eq!(o.status.code(), Some(1), "check allowed a FIFO: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("special file"), "{}", String::from_utf8_lossy(&o.stdout));
+
+    let sandbox = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project").sandbox.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send((sandbox.read("/out/f.txt", 100, 0).map(|r| r.content), sandbox.check_edit("/out/f.txt", "x")));
+    });
+    // A generous deadline only turns a hang into a failure; then a writer frees the reader.
+    let got = rx.recv_timeout(std::time::Duration::from_secs(60));
+    if got.is_err() {
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+    }
+    let (read, edit) = got.expect("the read tool waited on a FIFO");
+    for r in [read.map(|_| ()), edit.map(|_| ())] {
+        assert!(r.as_ref().is_err_and(|e| e.to_string().contains("special file")), "{r:?}");
+    }
+}

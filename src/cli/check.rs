@@ -55,6 +55,15 @@ pub fn verdict(sandbox: &Sandbox, path: &str, write: bool) -> Result<(), Sandbox
         if s.kind == FileKind::File {
             sandbox.check_size(path, s.size)?;
         }
+        // The file tools read regular files only (a FIFO would wait for a writer).
+        if s.kind == FileKind::Other {
+            return Err(SandboxError::WrongKind {
+                op: "read",
+                path: crate::term::escape_quoted(path).into_owned(),
+                found: "special file",
+                expected: "regular file",
+            });
+        }
     }
     Ok(())
 }

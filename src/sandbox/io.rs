@@ -124,7 +124,15 @@ impl Sandbox {
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;
         let inner = Self::inner(area, &vp);
-        let file = area.dir.open(rel_path(inner)).map_err(|e| self.io_error("read", path, &e))?;
+        // Non-blocking: opening a FIFO a worker made would otherwise wait for a writer, and
+        // hang the tool service (and `workcell mcp`) with it.
+        let mut opts = cap_std::fs::OpenOptions::new();
+        cap_std::fs::OpenOptionsExt::custom_flags(opts.read(true), rustix::fs::OFlags::NONBLOCK.bits() as i32);
+        let file = area.dir.open_with(rel_path(inner), &opts).map_err(|e| self.io_error("read", path, &e))?;
+        let meta = file.metadata().map_err(|e| self.io_error("read", path, &e))?;
+        if !meta.is_dir() && !meta.is_file() {
+            return Err(SandboxError::WrongKind { op: "read", path: show(path), found: "special file", expected: "regular file" });
+        }
         Ok((vp, file))
     }
 
