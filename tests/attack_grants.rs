@@ -128,6 +128,29 @@ mod body {
             assert!(left.is_empty(), "{w}: a refused launch left {left:?} in out/");
         }
     }
+
+    /// A worker file refused at load (here: an unknown zone) still names its `build:`
+    /// folder; another worker with the project read-write must not rewrite that folder
+    /// while the file waits to be fixed (the fixed worker would build from it).
+    pub fn a_broken_workers_build_folder_stays_protected(backend: &str) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
+        std::fs::create_dir_all(dir.join("img")).expect("mkdir img");
+        std::fs::write(dir.join("img/Dockerfile"), "FROM scratch\n").expect("Dockerfile");
+        write_project(
+            &dir,
+            "sandbox:\n  zones:\n    proj: {path: ., mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+            &[
+                ("builder", "---\nbuild: ./img\nsandbox:\n  zones: [{name: nosuch, mode: rw}]\ncommand: [true]\n---\n"),
+                ("w", "---\nsandbox:\n  zones: [{name: proj, mode: rw}]\ncommand: [sh, -c, 'echo RUN evil >> /proj/img/Dockerfile; echo x > /proj/img/new; exit 0']\n---\n"),
+            ],
+        );
+        give_to_worker(&dir);
+        let out = run(&dir, backend, "w");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(std::fs::read_to_string(dir.join("img/Dockerfile")).expect("read"), "FROM scratch\n", "the build folder was rewritten");
+        assert!(!dir.join("img/new").exists(), "a file was added to the build folder");
+    }
 }
 
 macro_rules! backend_suite {
@@ -146,8 +169,8 @@ macro_rules! backend_suite {
     };
 }
 
-backend_suite!(bwrap, "bwrap", [a_refused_launch_leaves_nothing]);
-backend_suite!(docker, "docker", [a_refused_launch_leaves_nothing]);
+backend_suite!(bwrap, "bwrap", [a_refused_launch_leaves_nothing, a_broken_workers_build_folder_stays_protected]);
+backend_suite!(docker, "docker", [a_refused_launch_leaves_nothing, a_broken_workers_build_folder_stays_protected]);
 
 /// A FIFO in a zone (a worker makes one with `mkfifo`): the file tools refuse it at once
 /// instead of waiting for a writer (which would hang the tool service, and `workcell mcp`

@@ -222,6 +222,22 @@ pub struct Project {
     /// Worker files that were refused, by file stem, with the refusal: only the commands
     /// that use one of them fail (`doctor` lists them).
     pub broken: BTreeMap<String, ConfigError>,
+    /// The `build:` folder each refused worker file names, when it can still be read.
+    pub broken_builds: BTreeMap<String, PathBuf>,
+}
+
+impl Project {
+    /// Every `build:` folder of the project with its worker's name: those of the workers
+    /// that load, and those a refused worker file names (its folder stays protected: fixing
+    /// the file must not build from a context another worker rewrote in the meantime).
+    pub fn build_folders(&self) -> Vec<(PathBuf, &str)> {
+        let loaded = self.workers.values().filter_map(|w| match &w.image {
+            Some(ImageRef::Build(d)) => Some((d.clone(), w.name.as_str())),
+            _ => None,
+        });
+        let refused = self.broken_builds.iter().map(|(name, d)| (d.clone(), name.as_str()));
+        loaded.chain(refused).collect()
+    }
 }
 
 /// Walks up from `start` to the first directory holding `workcell.yaml`.
@@ -397,19 +413,13 @@ impl Project {
             defaults,
             workers: BTreeMap::new(),
             broken: BTreeMap::new(),
+            broken_builds: BTreeMap::new(),
         };
-        (project.workers, project.broken) = worker::load_all(&project);
+        (project.workers, project.broken, project.broken_builds) = worker::load_all(&project);
         // The config, worker files, audit log and build folders are out of the tool
         // service's reach in every sandbox of this project (`sandbox::protect`).
         let config_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
-        let builds: Vec<PathBuf> = project
-            .workers
-            .values()
-            .filter_map(|w| match &w.image {
-                Some(ImageRef::Build(d)) => Some(d.clone()),
-                _ => None,
-            })
-            .collect();
+        let builds: Vec<PathBuf> = project.build_folders().into_iter().map(|(d, _)| d).collect();
         let build_refs: Vec<&Path> = builds.iter().map(PathBuf::as_path).collect();
         project.sandbox = project.sandbox.clone().protecting(&project.dir, &config_name, &build_refs);
         for w in project.workers.values_mut() {

@@ -106,11 +106,12 @@ fn split_front_matter(text: &str) -> Option<(&str, u64, &str)> {
 /// Loads every `workers/*.worker` of the project, sorted by name: the workers that load,
 /// and, by file stem, the refusal of each file that does not. One broken file stops only
 /// the commands that use that worker.
-pub(super) fn load_all(project: &Project) -> (BTreeMap<String, Worker>, BTreeMap<String, ConfigError>) {
+pub(super) fn load_all(project: &Project) -> (BTreeMap<String, Worker>, BTreeMap<String, ConfigError>, BTreeMap<String, PathBuf>) {
     let dir = project.dir.join("workers");
     let mut out = BTreeMap::new();
     let mut broken = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(&dir) else { return (out, broken) };
+    let mut broken_builds = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(&dir) else { return (out, broken, broken_builds) };
     let mut files: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "worker")).collect();
     files.sort();
     for f in files {
@@ -120,11 +121,26 @@ pub(super) fn load_all(project: &Project) -> (BTreeMap<String, Worker>, BTreeMap
             }
             Err(e) => {
                 let stem = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                if let Some(b) = build_of_refused(&f) {
+                    broken_builds.insert(stem.clone(), project.dir.join(b));
+                }
                 broken.insert(stem, e);
             }
         }
     }
-    (out, broken)
+    (out, broken, broken_builds)
+}
+
+/// The `build:` of a refused worker file, read leniently (whatever else is wrong with it):
+/// its folder stays protected while the file waits to be fixed.
+fn build_of_refused(file: &Path) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct OnlyBuild {
+        build: Option<String>,
+    }
+    let text = std::fs::read_to_string(file).ok()?;
+    let (yaml, _, _) = split_front_matter(&text)?;
+    serde_saphyr::from_str::<OnlyBuild>(yaml).ok()?.build
 }
 
 /// Parses one worker file against the project.

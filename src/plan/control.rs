@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{Held, PlanError, PlanMount};
-use crate::config::{ImageRef, Project, CONFIG_FILE};
+use crate::config::{Project, CONFIG_FILE};
 
 /// The directories workcell keeps in a project (the audit log, worker files).
 const CONTROL_DIRS: &[&str] = &[".workcell", "workers"];
@@ -29,14 +29,8 @@ pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<Pla
     let config = project.file.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
     let entries: Vec<PathBuf> = CONTROL_DIRS.iter().chain([&config.as_str()]).map(|n| project.dir.join(n)).collect();
     // Build folders with `.` and `..` folded, as the build will see them.
-    let builds: Vec<(PathBuf, &str)> = project
-        .workers
-        .values()
-        .filter_map(|w| match &w.image {
-            Some(ImageRef::Build(d)) => Some((super::inside(Path::new("/"), d).map(|r| Path::new("/").join(r)).unwrap_or_else(|| d.clone()), w.name.as_str())),
-            _ => None,
-        })
-        .collect();
+    let builds: Vec<(PathBuf, &str)> =
+        project.build_folders().into_iter().map(|(d, name)| (super::inside(Path::new("/"), &d).map(|r| Path::new("/").join(r)).unwrap_or(d), name)).collect();
     for m in mounts.iter().filter(|m| !m.read_only) {
         if project.dir.starts_with(&m.source) && project.dir != m.source {
             return Err(PlanError::ZoneContainsProject { zone: m.target.clone(), dir: m.source.clone() });
