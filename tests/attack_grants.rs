@@ -137,12 +137,15 @@ mod body {
         let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
         std::fs::create_dir_all(dir.join("img")).expect("mkdir img");
         std::fs::write(dir.join("img/Dockerfile"), "FROM scratch\n").expect("Dockerfile");
+        std::fs::create_dir_all(dir.join("img2")).expect("mkdir img2");
         write_project(
             &dir,
             "sandbox:\n  zones:\n    proj: {path: ., mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
             &[
                 ("builder", "---\nbuild: ./img\nsandbox:\n  zones: [{name: nosuch, mode: rw}]\ncommand: [true]\n---\n"),
-                ("w", "---\nsandbox:\n  zones: [{name: proj, mode: rw}]\ncommand: [sh, -c, 'echo RUN evil >> /proj/img/Dockerfile; echo x > /proj/img/new; exit 0']\n---\n"),
+                // Not even YAML.
+                ("builder2", "---\nbuild: './img2'\nsandbox: [\n---\n"),
+                ("w", "---\nsandbox:\n  zones: [{name: proj, mode: rw}]\ncommand: [sh, -c, 'echo RUN evil >> /proj/img/Dockerfile; echo x > /proj/img/new; echo x > /proj/img2/new; exit 0']\n---\n"),
             ],
         );
         give_to_worker(&dir);
@@ -150,6 +153,7 @@ mod body {
         assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(std::fs::read_to_string(dir.join("img/Dockerfile")).expect("read"), "FROM scratch\n", "the build folder was rewritten");
         assert!(!dir.join("img/new").exists(), "a file was added to the build folder");
+        assert!(!dir.join("img2/new").exists(), "a file was added to the build folder of a file that is not even YAML");
     }
 }
 

@@ -140,7 +140,13 @@ fn build_of_refused(file: &Path) -> Option<String> {
     }
     let text = std::fs::read_to_string(file).ok()?;
     let (yaml, _, _) = split_front_matter(&text)?;
-    serde_saphyr::from_str::<OnlyBuild>(yaml).ok()?.build
+    match serde_saphyr::from_str::<OnlyBuild>(yaml) {
+        Ok(only) => only.build,
+        // Not even YAML (a file half edited): a top-level `build:` line still counts.
+        Err(_) => {
+            yaml.lines().find_map(|l| l.strip_prefix("build:")).map(|v| v.trim().trim_matches(|c| c == '"' || c == '\'').to_string()).filter(|v| !v.is_empty())
+        }
+    }
 }
 
 /// Parses one worker file against the project.
