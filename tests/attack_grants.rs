@@ -209,3 +209,30 @@ fn a_fifo_is_refused_not_waited_for() {
         assert!(r.as_ref().is_err_and(|e| e.to_string().contains("special file")), "{r:?}");
     }
 }
+
+/// `check` on a path inside a granted directory that does not exist yet says so, instead of
+/// "outside the sandbox" with "Readable paths: none".
+#[test]
+fn check_on_a_pending_path_says_it_is_granted_but_missing() {
+    let (_tmp, dir) = project(&[("w", "---\nsandbox:\n  allow_write: [/out/reports/2026]\n  allow_read: [/out/ro]\ncommand: [true]\n---\n")]);
+    let check = |args: &[&str]| {
+        let o = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+            .current_dir(&dir)
+            .stdin(std::process::Stdio::null())
+            .args(["check", "--worker", "w"])
+            .args(args)
+            .output()
+            .expect("check");
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for args in [&["/out/reports/2026/a.txt"][..], &["--write", "/out/reports/2026/a.txt"]] {
+        let out = check(args);
+        assert!(out.contains("no such file or directory. It lies in '/out/reports/2026', granted for writing but not created yet"), "{args:?}: {out}");
+    }
+    let out = check(&["/out/ro/x"]);
+    assert!(out.contains("It lies in '/out/ro', granted for reading but missing: create it before a run"), "{out}");
+    // Beside the grant: still outside.
+    assert!(check(&["/out/other"]).contains("outside the sandbox"));
+    assert!(!dir.join("out/reports").exists() && !dir.join("out/ro").exists(), "check created something");
+}

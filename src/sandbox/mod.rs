@@ -401,7 +401,23 @@ impl Sandbox {
 
     /// The deepest readable area containing `vp`.
     fn readable_area(&self, vp: &VirtualPath, shown: &str) -> Result<&Area, SandboxError> {
-        deepest(&self.readable, vp).ok_or_else(|| SandboxError::OutsideSandbox { path: show(shown), detail: String::new(), readable: self.readable_list() })
+        deepest(&self.readable, vp).ok_or_else(|| match self.pending.iter().find(|p| p.key.mount == vp.mount && vp.rel.starts_with(&p.key.prefix)) {
+            // Granted, only not created yet (`plan`, `check`, `workcell mcp` before a
+            // launch): "outside the sandbox" would send the reader the wrong way.
+            Some(p) => SandboxError::NotFound {
+                path: show(shown),
+                hint: format!(
+                    " It lies in '{}', {}.",
+                    show(&self.area_path(&p.key)),
+                    if p.write {
+                        "granted for writing but not created yet: a run creates it at launch"
+                    } else {
+                        "granted for reading but missing: create it before a run"
+                    }
+                ),
+            },
+            None => SandboxError::OutsideSandbox { path: show(shown), detail: String::new(), readable: self.readable_list() },
+        })
     }
 
     /// The deepest writable area containing `vp`.
