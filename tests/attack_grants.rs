@@ -236,3 +236,36 @@ fn check_on_a_pending_path_says_it_is_granted_but_missing() {
     assert!(check(&["/out/other"]).contains("outside the sandbox"));
     assert!(!dir.join("out/reports").exists() && !dir.join("out/ro").exists(), "check created something");
 }
+
+/// `check --stdin` holds at most one bounded line: an endless line (paths piped in may come
+/// from a worker) is refused instead of read into memory to the end.
+#[test]
+fn check_stdin_refuses_an_endless_line() {
+    use std::io::Write;
+    let (_tmp, dir) = project(&[]);
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+        .current_dir(&dir)
+        .args(["check", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("check");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(b"/out/a\n");
+        // 1 MiB without a newline; the writer stops when workcell closes the pipe.
+        let chunk = vec![b'a'; 64 * 1024];
+        for _ in 0..16 {
+            if stdin.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+    });
+    let o = child.wait_with_output().expect("wait");
+    writer.join().expect("writer");
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(2), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.starts_with("allowed\t/out/a\n") || stdout.starts_with("refused\t/out/a"), "{stdout}");
+    assert!(stderr.contains("longer than 65536 bytes"), "{stderr}");
+}

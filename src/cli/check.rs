@@ -1,6 +1,9 @@
 //! `workcell check`: the query API on the command line, one verdict per path.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
+
+/// Longest line `--stdin` reads (a path is at most a few KiB; PATH_MAX is 4096).
+const MAX_LINE: usize = 64 * 1024;
 
 use clap::Args;
 use serde::Serialize;
@@ -107,9 +110,23 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> Result<i32, CliError> {
         check_one(p, &mut out).map_err(io_err)?;
     }
     if args.stdin {
-        for line in std::io::stdin().lock().lines() {
-            let line = line.map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))?;
-            let line = line.strip_suffix('\r').unwrap_or(&line);
+        let mut input = std::io::stdin().lock();
+        let mut buf = Vec::new();
+        loop {
+            // Bounded: the paths piped in may come from a worker, which could send one
+            // endless line.
+            buf.clear();
+            let n =
+                (&mut input).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).map_err(|e| CliError::Usage(format!("cannot read standard input: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            if buf.len() > MAX_LINE && buf.last() != Some(&b'\n') {
+                return Err(CliError::Usage(format!("a line of standard input is longer than {MAX_LINE} bytes; give one path per line")));
+            }
+            let line = String::from_utf8(std::mem::take(&mut buf)).map_err(|_| CliError::Usage("standard input is not UTF-8 text".into()))?;
+            let line = line.strip_suffix('\n').unwrap_or(&line);
+            let line = line.strip_suffix('\r').unwrap_or(line);
             if !line.is_empty() {
                 check_one(line, &mut out).map_err(io_err)?;
             }
