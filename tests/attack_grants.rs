@@ -228,10 +228,10 @@ fn check_on_a_pending_path_says_it_is_granted_but_missing() {
     };
     for args in [&["/out/reports/2026/a.txt"][..], &["--write", "/out/reports/2026/a.txt"]] {
         let out = check(args);
-        assert!(out.contains("no such file or directory. It lies in '/out/reports/2026', granted for writing but not created yet"), "{args:?}: {out}");
+        assert!(out.contains("no such file or directory. It lies in '/out/reports/2026', granted for writing but missing when this sandbox was made"), "{args:?}: {out}");
     }
     let out = check(&["/out/ro/x"]);
-    assert!(out.contains("It lies in '/out/ro', granted for reading but missing: create it before a run"), "{out}");
+    assert!(out.contains("It lies in '/out/ro', granted for reading but missing when this sandbox was made: create it before a run"), "{out}");
     // Beside the grant: still outside.
     assert!(check(&["/out/other"]).contains("outside the sandbox"));
     assert!(!dir.join("out/reports").exists() && !dir.join("out/ro").exists(), "check created something");

@@ -410,9 +410,9 @@ impl Sandbox {
                     " It lies in '{}', {}.",
                     show(&self.area_path(&p.key)),
                     if p.write {
-                        "granted for writing but not created yet: a run creates it at launch"
+                        "granted for writing but missing when this sandbox was made: a run creates it at launch"
                     } else {
-                        "granted for reading but missing: create it before a run"
+                        "granted for reading but missing when this sandbox was made: create it before a run"
                     }
                 ),
             },
