@@ -228,7 +228,10 @@ fn check_on_a_pending_path_says_it_is_granted_but_missing() {
     };
     for args in [&["/out/reports/2026/a.txt"][..], &["--write", "/out/reports/2026/a.txt"]] {
         let out = check(args);
-        assert!(out.contains("no such file or directory. It lies in '/out/reports/2026', granted for writing but missing when this sandbox was made"), "{args:?}: {out}");
+        assert!(
+            out.contains("no such file or directory. It lies in '/out/reports/2026', granted for writing but missing when this sandbox was made"),
+            "{args:?}: {out}"
+        );
     }
     let out = check(&["/out/ro/x"]);
     assert!(out.contains("It lies in '/out/ro', granted for reading but missing when this sandbox was made: create it before a run"), "{out}");
@@ -268,4 +271,25 @@ fn check_stdin_refuses_an_endless_line() {
     assert_eq!(o.status.code(), Some(2), "stdout: {stdout}\nstderr: {stderr}");
     assert!(stdout.starts_with("allowed\t/out/a\n") || stdout.starts_with("refused\t/out/a"), "{stdout}");
     assert!(stderr.contains("longer than 65536 bytes"), "{stderr}");
+}
+
+/// A granted path that reaches a control directory through a link inside the zone (planted
+/// by an earlier run) creates nothing there: judged on the directory reached, not the name.
+#[test]
+fn nothing_is_created_in_control_files_through_a_link() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+    let w = |entry: &str| format!("---\nsandbox:\n  allow_write: [{entry}]\n---\n");
+    write_project(&dir, "sandbox:\n  root: {root: ., readonly: false}\n", &[("via_workers", &w("/lw/new/deeper")), ("via_audit", &w("/la/new"))]);
+    std::fs::create_dir_all(dir.join(".workcell")).expect("mkdir .workcell");
+    std::os::unix::fs::symlink("workers", dir.join("lw")).expect("link");
+    std::os::unix::fs::symlink(".workcell", dir.join("la")).expect("link");
+    let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("project");
+    let me = UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
+    for name in ["via_workers", "via_audit"] {
+        let sandbox = &project.worker(name).expect("accepted at load").sandbox;
+        let err = sandbox.materialize(me).expect_err("refused at launch");
+        assert!(err.to_string().contains("part of the project's own configuration"), "{name}: {err}");
+    }
+    assert!(!dir.join("workers/new").exists() && !dir.join(".workcell/new").exists(), "created inside the control files");
 }
