@@ -71,7 +71,7 @@ fn an_exchanged_directory_is_never_given_to_the_worker() {
     };
     let mut refused = 0;
     let mut result = Ok(());
-    for round in 0..4000 {
+    for round in 0..2000 {
         if sandbox.materialize(user).is_err() {
             refused += 1;
         }
