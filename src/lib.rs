@@ -9,6 +9,7 @@ pub mod backend;
 pub mod cli;
 pub mod config;
 pub mod egress;
+pub mod delivery;
 pub mod fds;
 pub mod plan;
 pub mod run;

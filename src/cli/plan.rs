@@ -62,7 +62,8 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         println!("user:     {}:{}", plan.user.uid, plan.user.gid);
         println!("mounts:");
         for m in &plan.mounts {
-            println!("  {} <- {} ({})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
+            let copy = if plan.copies.iter().any(|c| c.target == m.target) { ", delivery: copy" } else { "" };
+            println!("  {} <- {} ({}{copy})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
         }
         // Granted directories that do not exist yet: a run creates them (`plan` never does).
         for (path, write) in sandbox.pending_roots() {

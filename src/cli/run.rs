@@ -66,6 +66,13 @@ pub struct RunArgs {
     /// socket is mounted). Its zones and network are unchanged.
     #[arg(long)]
     pub no_broker: bool,
+    /// Show what the worker left in zones with `delivery: copy` and ask before publishing
+    /// it (without a terminal to ask on, nothing is published).
+    #[arg(long)]
+    pub review: bool,
+    /// Print the delivery summaries of `delivery: copy` zones as JSON lines (on stderr).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub approvals: ApprovalFlags,
     /// Command and arguments (overrides the worker's command).
@@ -196,7 +203,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         chain: worker.iter().map(|w| w.name.clone()).collect(),
         services: if args.no_broker { Services::None } else { Services::Broker { instructions: worker.map(|w| w.instructions.as_str()) } },
     };
-    let session = Session::prepare(spec).map_err(run_error)?;
+    let mut session = Session::prepare(spec).map_err(run_error)?;
+    session.set_review(crate::run::Review { review: args.review, json: args.json });
     let selected = session.backend();
     if choice == BackendChoice::Auto && selected != Selected::Docker {
         eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());

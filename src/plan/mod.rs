@@ -158,6 +158,21 @@ pub struct LaunchPlan {
     /// Only the docker backend can honour it: the others refuse a plan that names one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// Mounts of zones with `delivery: copy`: the run binds a private copy in their place
+    /// and publishes the checked result afterwards.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<CopyMount>,
+}
+
+/// A mount of a zone with `delivery: copy`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CopyMount {
+    /// The mount's target (as in [`LaunchPlan::mounts`]).
+    pub target: String,
+    /// The zone it belongs to (its policies apply to what the worker leaves).
+    pub zone: String,
+    /// True when the worker's changes are published (a writable zone).
+    pub writable: bool,
 }
 
 /// Command-line choices that override the worker and project.
@@ -191,7 +206,7 @@ pub enum PlanError {
     NoCommand { worker: String },
     #[error("invalid --env '{0}': use NAME=VALUE to set a variable or NAME to pass the host's value through")]
     BadEnv(String),
-    #[error("zone '{0}' uses delivery: copy, which no backend implements yet; use delivery: bind")]
+    #[error("zone '{0}' uses delivery: copy but holds the project's control files (workcell.yaml, workers/), which are bound live into every run; use delivery: bind for it, or a zone beside the project's files")]
     CopyDelivery(String),
     #[error("the working directory '{}' cannot be used: {reason}", crate::term::escape(workdir))]
     BadWorkdir {
@@ -282,7 +297,10 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
             }
         }
     };
-    let preapproved = |mount: &str| sandbox.mounts().iter().any(|m| m.name == mount && m.approval.writes_preapproved());
+    // A copy-delivered zone is writable in its private copy: its approval is asked before
+    // the result is published instead.
+    let preapproved =
+        |mount: &str| sandbox.mounts().iter().any(|m| m.name == mount && (m.approval.writes_preapproved() || m.delivery == crate::sandbox::Delivery::Copy));
     let writable: Vec<_> = sandbox.writable_held().into_iter().filter(|(a, _)| preapproved(&a.mount)).collect();
     let mut out: Vec<PlanMount> = Vec::new();
     for (a, held) in sandbox.readable_held() {
@@ -297,6 +315,20 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
     }
     out.sort_by(|a, b| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
     out
+}
+
+/// The zone mounts that `delivery: copy` replaces by a private copy. A zone holding control
+/// files is refused: they are bound live over the zone and would be published from the copy.
+fn copy_mounts(sandbox: &Sandbox, zones: &[PlanMount], control: &[PlanMount]) -> Result<Vec<CopyMount>, PlanError> {
+    let mut out = Vec::new();
+    for m in zones {
+        let Some(zone) = sandbox.mounts().iter().find(|x| m.source.starts_with(&x.host_path) && x.delivery == crate::sandbox::Delivery::Copy) else { continue };
+        if control.iter().any(|c| c.source.starts_with(&m.source)) {
+            return Err(PlanError::CopyDelivery(zone.name.clone()));
+        }
+        out.push(CopyMount { target: m.target.clone(), zone: zone.name.clone(), writable: !m.read_only });
+    }
+    Ok(out)
 }
 
 /// The working directory of a run that names none: the first writable mount, else the first
@@ -330,11 +362,6 @@ pub fn worker_user(project_dir: &Path, configured: Option<UserSpec>) -> UserSpec
 impl LaunchPlan {
     /// Computes the plan for `worker` (or an ad-hoc command) running in `sandbox`.
     pub fn build(project: &Project, worker: Option<&Worker>, sandbox: &Sandbox, ov: &Overrides) -> Result<LaunchPlan, PlanError> {
-        for m in mounts_for(sandbox).iter() {
-            if let Some(mount) = sandbox.mounts().iter().find(|x| m.source.starts_with(&x.host_path) && x.delivery == crate::sandbox::Delivery::Copy) {
-                return Err(PlanError::CopyDelivery(mount.name.clone()));
-            }
-        }
         let run_id = new_run_id();
         let worker_name = worker.map(|w| w.name.clone());
         let command = ov
@@ -382,6 +409,7 @@ impl LaunchPlan {
         let zones: Vec<String> = mounts.iter().map(|m| format!("{}:{}", m.target, if m.read_only { "ro" } else { "rw" })).collect();
         // After the zones, so that they cover them (and after the list the worker is told).
         let control = control::control_mounts(project, &mounts)?;
+        let copies = copy_mounts(sandbox, &mounts, &control)?;
         let mut mounts = mounts;
         mounts.extend(control);
         env.insert("WORKCELL_ZONES".to_string(), zones.join(","));
@@ -452,6 +480,7 @@ impl LaunchPlan {
             interactive: ov.interactive,
             tty: ov.tty,
             runtime,
+            copies,
         })
     }
 

@@ -5,6 +5,8 @@
 //! run service (an egress proxy, staged delivery) is started in [`Session::prepare`] and
 //! ends when the session is dropped.
 
+mod delivery;
+
 use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
@@ -14,6 +16,9 @@ use crate::config::{BackendChoice, Project, Worker};
 use crate::egress::{Consent, ConsentDenied, EgressError, Proxy};
 use crate::plan::{LaunchPlan, Network, Overrides, PlanError, BROKER_MOUNT_POINT};
 use crate::sandbox::Sandbox;
+pub use delivery::Review;
+
+use crate::tools::approval::ApprovalMode;
 use crate::tools::attach::{self, AttachError, Attachment, Reservation};
 use crate::tools::audit::AuditLog;
 use crate::tools::broker::{Broker, BrokerError};
@@ -46,6 +51,9 @@ pub enum RunError {
     /// does not proceed.
     #[error("cannot write the audit log: {0}")]
     Audit(#[source] std::io::Error),
+    /// A zone with `delivery: copy` could not be copied for the worker.
+    #[error(transparent)]
+    Delivery(#[from] crate::delivery::DeliveryError),
 }
 
 /// What the worker can ask the host for.
@@ -88,6 +96,10 @@ pub struct Session {
     egress: Option<Proxy>,
     /// Held until the run is over: the attachments' share of the process-wide budget.
     _reserved: Option<Reservation>,
+    /// Zones with `delivery: copy`: their private copies, published after a normal exit.
+    deliveries: Vec<delivery::Delivery>,
+    review: Review,
+    mode: ApprovalMode,
 }
 
 impl std::fmt::Debug for Session {
@@ -106,6 +118,8 @@ impl Session {
             spec.sandbox.materialize_undoable(crate::plan::worker_user(&spec.project.dir, spec.project.defaults.user)).map_err(PlanError::Grant)?;
         let mut plan = LaunchPlan::build(&spec.project, spec.worker, &sandbox, &spec.overrides)?;
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
+        // Before the backend sees the plan: copy-delivered zones are bound as private copies.
+        let deliveries = delivery::prepare(&mut plan, &sandbox)?;
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
         // This run's own runner: the shell commands of its worker go to its container.
         let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }
@@ -156,7 +170,8 @@ impl Session {
             }
             _ => None,
         };
-        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved };
+        let mode = spec.parent.mode;
+        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review: Review::default(), mode };
         session.record_start(&spec.chain)?;
         created.keep();
         Ok(session)
@@ -175,6 +190,28 @@ impl Session {
             // The run has happened; its end at least is not lost silently.
             eprintln!("workcell: cannot record the end of the run in the audit log: {e}");
         }
+    }
+
+    /// How the results of copy-delivered zones are shown and approved.
+    pub fn set_review(&mut self, review: Review) {
+        self.review = review;
+    }
+
+    /// Checks and publishes the copy-delivered zones; only a worker that ended by itself
+    /// publishes (not a timeout, a signal, or a start that failed).
+    fn deliver(&mut self, exit_code: Option<i32>, timed_out: bool) {
+        if self.deliveries.is_empty() {
+            return;
+        }
+        let withheld = match exit_code {
+            _ if timed_out => Some("the run timed out".to_string()),
+            Some(backend::EXIT_TIMEOUT) => Some("the run timed out (or the worker exited 124)".to_string()),
+            Some(c) if (0..backend::EXIT_INTERNAL).contains(&c) => None,
+            Some(c) => Some(format!("the worker did not end by itself (exit status {c})")),
+            None => Some("the run failed".to_string()),
+        };
+        let deliveries = std::mem::take(&mut self.deliveries);
+        delivery::finish(deliveries, withheld.as_deref(), self.review, self.mode, &self.audit);
     }
 
     pub fn plan(&self) -> &LaunchPlan {
@@ -201,6 +238,7 @@ impl Session {
         let result = backend::run(self.selected, &self.plan, output, attached);
         // Stopped first, so that the lines of connections still open come before run_end.
         drop(self.egress.take());
+        self.deliver(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().is_ok_and(|f| f.timed_out));
         self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }

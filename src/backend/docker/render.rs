@@ -195,6 +195,7 @@ mod tests {
             interactive: false,
             tty: false,
             runtime: None,
+            copies: Vec::new(),
         }
     }
 

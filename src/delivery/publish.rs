@@ -1,0 +1,220 @@
+//! Comparing a checked tree with the zone and writing the difference beneath the zone's
+//! handle. Every path is reached one component at a time with `O_NOFOLLOW | O_DIRECTORY`
+//! from the handle; a file is written under a temporary name and renamed over its place, so
+//! a reader of the zone sees the old file or the new one, never half of one. A host file
+//! that is no longer what the copy was taken from is a conflict, left as it is.
+
+use std::ffi::CString;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::{AtFlags, Mode, OFlags, Stat};
+
+use super::baseline::Baseline;
+use super::collect::{Collected, FileOut, Staging};
+use super::walk::open_dir;
+use super::{DeliveryError, Summary};
+
+/// What a publish will do, and its summary.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub summary: Summary,
+    writes: Vec<(Vec<String>, FileOut)>,
+    mkdirs: Vec<Vec<String>>,
+    deletes: Vec<Vec<String>>,
+    rmdirs: Vec<Vec<String>>,
+    baseline: Baseline,
+}
+
+fn cname(s: &str) -> io::Result<CString> {
+    CString::new(s).map_err(|_| io::Error::other("a name with a NUL byte"))
+}
+
+/// The parent directory of `path` beneath `zone`, opened without following links; created
+/// (owned like the zone) when `create` says so.
+fn parent(zone: BorrowedFd<'_>, path: &[String], create: Option<&Stat>) -> io::Result<OwnedFd> {
+    let mut dir = rustix::fs::openat(zone, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    for c in &path[..path.len().saturating_sub(1)] {
+        let c = cname(c)?;
+        dir = match open_dir(&dir, &c) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create.is_some() => {
+                rustix::fs::mkdirat(&dir, &c, Mode::from_raw_mode(0o755))?;
+                let d = open_dir(&dir, &c)?;
+                let owner = create.expect("checked");
+                std::os::unix::fs::fchown(&d, Some(owner.st_uid), Some(owner.st_gid))?;
+                d
+            }
+            other => other?,
+        };
+    }
+    Ok(dir)
+}
+
+/// The host entry at `path` now (`None` when there is none); an error when a directory on
+/// the way is a link or not a directory.
+fn host_state(zone: BorrowedFd<'_>, path: &[String]) -> io::Result<Option<Stat>> {
+    let dir = match parent(zone, path, None) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        other => other?,
+    };
+    match rustix::fs::statat(&dir, cname(&path[path.len() - 1])?.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(rustix::io::Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Compares the checked tree with the baseline and the zone as it is now.
+pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &Collected) -> Changes {
+    let zone = zone.as_fd();
+    let mut c = Changes { summary: Summary { zone: zone_name.to_string(), refused: collected.refusals(), ..Summary::default() }, ..Changes::default() };
+    let show = |p: &[String]| p.join("/");
+    for (path, f) in &collected.files {
+        let before = baseline.files.get(path);
+        if before.is_some_and(|s| s.sha256 == f.sha256 && s.executable == f.executable) {
+            continue;
+        }
+        let now = host_state(zone, path);
+        let unchanged = match (before, &now) {
+            (Some(seen), Ok(Some(st))) => seen.same(st),
+            (None, Ok(None)) => true,
+            _ => false,
+        };
+        if !unchanged {
+            c.summary.conflicts.push(show(path));
+            continue;
+        }
+        if f.bits_dropped {
+            c.summary.bits_dropped.push(show(path));
+        }
+        if before.is_some() { &mut c.summary.changed } else { &mut c.summary.added }.push(show(path));
+        c.writes.push((path.clone(), f.clone()));
+    }
+    for path in collected.dirs.iter().filter(|d| !baseline.dirs.contains(*d)) {
+        c.mkdirs.push(path.clone());
+    }
+    for (path, seen) in &baseline.files {
+        if collected.files.contains_key(path) || collected.dirs.contains(path) || collected.covered_by_refusal(path) {
+            continue;
+        }
+        match host_state(zone, path) {
+            Ok(Some(st)) if seen.same(&st) => {
+                c.summary.deleted.push(show(path));
+                c.deletes.push(path.clone());
+            }
+            Ok(None) => {}
+            _ => c.summary.conflicts.push(show(path)),
+        }
+    }
+    // Directories the worker removed, deepest first; one the host filled meanwhile stays.
+    let mut gone: Vec<_> = baseline.dirs.iter().filter(|d| !collected.dirs.contains(*d) && !collected.covered_by_refusal(d)).cloned().collect();
+    gone.sort_by_key(|d| std::cmp::Reverse(d.len()));
+    c.rmdirs = gone;
+    c.baseline = baseline.clone();
+    c
+}
+
+impl Changes {
+    /// Writes the accepted changes beneath `zone`. A file whose host entry changed since the
+    /// diff is left alone and reported as a conflict.
+    pub fn publish(&mut self, zone: impl AsFd, staging: &Staging) -> Result<(), DeliveryError> {
+        let zone = zone.as_fd();
+        let name = self.summary.zone.clone();
+        let err = |op| DeliveryError::io(op, &name);
+        let mut conflicts = Vec::new();
+        let zst = rustix::fs::fstat(zone).map_err(|e| err("read the zone")(e.into()))?;
+        for path in &self.mkdirs {
+            let mut full = path.clone();
+            full.push(".".into());
+            // A directory whose place the host filled with something else meanwhile.
+            if parent(zone, &full, Some(&zst)).is_err() {
+                conflicts.push(format!("{}/", path.join("/")));
+            }
+        }
+        for (path, f) in &self.writes {
+            let seen = self.baseline.files.get(path);
+            match write_one(zone, path, f, seen, &zst, staging) {
+                Ok(true) => {}
+                Ok(false) => conflicts.push(path.join("/")),
+                Err(e) => return Err(err("write a file")(e)),
+            }
+        }
+        for path in &self.deletes {
+            let seen = &self.baseline.files[path];
+            let dir = parent(zone, path, None).map_err(err("delete a file"))?;
+            let n = cname(&path[path.len() - 1]).map_err(err("delete a file"))?;
+            match rustix::fs::statat(&dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if seen.same(&st) => rustix::fs::unlinkat(&dir, n.as_c_str(), AtFlags::empty()).map_err(|e| err("delete a file")(e.into()))?,
+                _ => conflicts.push(path.join("/")),
+            }
+        }
+        for path in &self.rmdirs {
+            if let Ok(dir) = parent(zone, path, None) {
+                if let Ok(n) = cname(&path[path.len() - 1]) {
+                    if rustix::fs::unlinkat(&dir, n.as_c_str(), AtFlags::REMOVEDIR).is_ok() {
+                        self.summary.deleted.push(format!("{}/", path.join("/")));
+                    }
+                }
+            }
+        }
+        for p in conflicts {
+            self.summary.added.retain(|x| *x != p);
+            self.summary.changed.retain(|x| *x != p);
+            self.summary.deleted.retain(|x| *x != p);
+            self.summary.conflicts.push(p);
+        }
+        self.summary.published = true;
+        Ok(())
+    }
+}
+
+/// Writes one file; `Ok(false)` when its host entry is no longer what the diff saw.
+fn write_one(zone: BorrowedFd<'_>, path: &[String], f: &FileOut, seen: Option<&super::baseline::Seen>, zst: &Stat, staging: &Staging) -> io::Result<bool> {
+    let dir = match parent(zone, path, Some(zst)) {
+        Ok(d) => d,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let n = cname(&path[path.len() - 1])?;
+    let now = match rustix::fs::statat(&dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Some(st),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let (uid, gid, mode) = match (seen, &now) {
+        (Some(s), Some(st)) if s.same(st) => {
+            let mut mode = st.st_mode & 0o777;
+            if f.executable {
+                mode |= (mode & 0o444) >> 2;
+            } else {
+                mode &= !0o111;
+            }
+            (st.st_uid, st.st_gid, mode)
+        }
+        (None, None) => (zst.st_uid, zst.st_gid, if f.executable { 0o755 } else { 0o644 }),
+        _ => return Ok(false),
+    };
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| io::Error::other(e.to_string()))?;
+    let tmp = cname(&format!(".workcell-publish-{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>()))?;
+    let fd = rustix::fs::openat(
+        &dir,
+        tmp.as_c_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut out = std::fs::File::from(fd);
+    let result = (|| {
+        let mut src = staging.open(&f.staged)?.take(f.size);
+        io::copy(&mut src, &mut out)?;
+        out.flush()?;
+        std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
+        rustix::fs::fchmod(&out, Mode::from_raw_mode(mode))?;
+        rustix::fs::renameat(&dir, tmp.as_c_str(), &dir, n.as_c_str())?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(&dir, tmp.as_c_str(), AtFlags::empty());
+    }
+    result.map(|()| true)
+}

@@ -1,0 +1,116 @@
+//! A directory tree streamed as a tar archive, walked through handles only: every entry is
+//! looked at with `AT_SYMLINK_NOFOLLOW` and opened with `O_NOFOLLOW` beneath its parent's
+//! handle, so a link in the tree is reported as a link and never followed. Links, hard
+//! links and special files become tar entries of their own type (without contents), so that
+//! the checker ([`super::collect`]) decides about them, the same code the fuzz test drives.
+
+use std::ffi::{CStr, CString};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::{collect, DeliveryError, Policy};
+
+/// The names in the directory `dir`, sorted (without `.` and `..`).
+pub(crate) fn names(dir: impl AsFd) -> io::Result<Vec<CString>> {
+    let mut out = Vec::new();
+    for e in rustix::fs::Dir::read_from(dir)? {
+        let e = e?;
+        let n = e.file_name();
+        if n != c"." && n != c".." {
+            out.push(n.to_owned());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Opens the directory `name` beneath `dir` without following a link.
+pub(crate) fn open_dir(dir: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?)
+}
+
+/// Opens the regular file `name` beneath `dir` for reading, without following a link and
+/// without blocking on a fifo; checks that what was opened is a regular file.
+pub(crate) fn open_file(dir: impl AsFd, name: &CStr) -> io::Result<(std::fs::File, rustix::fs::Stat)> {
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok((std::fs::File::from(fd), st))
+}
+
+/// Writes the tree beneath `dir` to `out` as a tar archive (names relative, directories
+/// with a trailing `/`; owners, times and modes beyond the permission bits left out).
+pub fn archive(dir: impl AsFd, out: impl Write) -> io::Result<()> {
+    let mut builder = tar::Builder::new(out);
+    walk(&mut builder, dir.as_fd(), &[])?;
+    builder.into_inner()?.flush()
+}
+
+fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, prefix: &[u8]) -> io::Result<()> {
+    for n in names(dir)? {
+        let st = rustix::fs::statat(dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+        let mut path = prefix.to_vec();
+        path.extend_from_slice(n.as_bytes());
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(st.st_mode & 0o7777);
+        h.set_size(0);
+        let ty = FileType::from_raw_mode(st.st_mode);
+        let kind = match ty {
+            FileType::Directory => tar::EntryType::Directory,
+            FileType::RegularFile if st.st_nlink > 1 => tar::EntryType::Link,
+            FileType::RegularFile => tar::EntryType::Regular,
+            FileType::Symlink => tar::EntryType::Symlink,
+            FileType::Fifo => tar::EntryType::Fifo,
+            FileType::CharacterDevice => tar::EntryType::Char,
+            FileType::BlockDevice => tar::EntryType::Block,
+            // A socket: tar has no type for it; the checker refuses what it does not know.
+            _ => tar::EntryType::new(b'S'),
+        };
+        h.set_entry_type(kind);
+        let name = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
+        match kind {
+            tar::EntryType::Directory => {
+                b.append_data(&mut h, name, io::empty())?;
+                // The checker refuses anything deeper; no need to walk on.
+                if prefix.iter().filter(|c| **c == b'/').count() <= super::name::MAX_DEPTH {
+                    let sub = open_dir(dir, &n)?;
+                    let mut p = path.clone();
+                    p.push(b'/');
+                    walk(b, sub.as_fd(), &p)?;
+                }
+            }
+            tar::EntryType::Regular => {
+                let (file, st) = open_file(dir, &n)?;
+                let size = st.st_size as u64;
+                h.set_size(size);
+                let mut body = file.take(size);
+                b.append_data(&mut h, name, &mut body)?;
+                if body.limit() != 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "a file shrank while it was read"));
+                }
+            }
+            _ => b.append_data(&mut h, name, io::empty())?,
+        }
+    }
+    Ok(())
+}
+
+/// Collects the tree beneath `dir` through the checker: [`archive`] on one thread writes the
+/// tar stream into a pipe, [`collect::collect_tar`] reads it. A walk that fails is an error
+/// as a whole (a partial tree would read as deletions).
+pub fn collect_dir(dir: impl AsFd + Send, policy: &Policy, staging: &mut collect::Staging) -> Result<collect::Collected, DeliveryError> {
+    let (reader, writer) = io::pipe().map_err(DeliveryError::io("open a pipe", ""))?;
+    std::thread::scope(|s| {
+        let walker = s.spawn(move || archive(dir, writer));
+        let collected = collect::collect_tar(reader, policy, staging);
+        let walked = walker.join().unwrap_or_else(|_| Err(io::Error::other("the walk panicked")));
+        let collected = collected?;
+        walked.map_err(DeliveryError::io("read the worker's copy", ""))?;
+        Ok(collected)
+    })
+}

@@ -1,0 +1,119 @@
+//! The run's side of `delivery: copy`: private copies bound in place of the zones before the
+//! backend starts, and after a normal exit the worker's trees checked, shown, approved when
+//! the zone or `--review` says so, published and recorded.
+
+use serde_json::json;
+
+use crate::delivery::{baseline, collect::Staging, publish, walk, Policy, Summary};
+use crate::plan::{Held, LaunchPlan};
+use crate::sandbox::Sandbox;
+use crate::tools::approval::{Action, ApprovalMode, ApprovalRequest, Choice, Prompter, TerminalPrompter};
+use crate::tools::audit::AuditLog;
+
+use super::RunError;
+
+/// One copy-delivered mount of a run.
+#[derive(Debug)]
+pub(super) struct Delivery {
+    zone: String,
+    target: String,
+    copy: baseline::Copy,
+    /// The zone's own handle, taken before the plan's mount was pointed at the copy.
+    host: Held,
+    policy: Policy,
+    writable: bool,
+    /// The zone's writes or deletes are not pre-approved: a person says yes first.
+    ask: bool,
+}
+
+/// How the results are shown and approved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Review {
+    /// Show the summary and ask a person before publishing, whatever the zone says.
+    pub review: bool,
+    /// Print each summary as one JSON line instead of text.
+    pub json: bool,
+}
+
+/// Copies every copy-delivered zone of `plan` and points its mount at the copy.
+pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<Delivery>, RunError> {
+    let mut out = Vec::new();
+    for c in plan.copies.clone() {
+        let Some(mount) = plan.mounts.iter_mut().find(|m| m.target == c.target) else { continue };
+        let zone = sandbox.mounts().iter().find(|m| m.name == c.zone).ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
+        let host = mount.held.clone().ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
+        let copy = baseline::copy_in(&*host.0, &c.zone, plan.user)?;
+        mount.held = Some(Held::dup(copy.root()).map_err(|e| crate::delivery::DeliveryError::io("hold the private copy", &c.zone)(e))?);
+        mount.source = copy.path().to_path_buf();
+        let policy = Policy { suffixes: zone.suffixes.clone(), max_file_bytes: zone.max_file_bytes, ..Policy::default() };
+        out.push(Delivery { zone: c.zone, target: c.target, copy, host, policy, writable: c.writable, ask: !zone.approval.writes_preapproved() });
+    }
+    Ok(out)
+}
+
+/// Collects, checks and (when allowed) publishes every writable copy. `withheld` says why
+/// nothing may be published (a timeout, an interruption, a failed start).
+pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: Review, mode: ApprovalMode, audit: &AuditLog) -> Vec<Summary> {
+    let mut summaries = Vec::new();
+    for d in deliveries.into_iter().filter(|d| d.writable) {
+        let summary = match withheld {
+            Some(why) => Summary { zone: d.zone.clone(), withheld: Some(why.to_string()), ..Summary::default() },
+            None => deliver(&d, review, mode),
+        };
+        if review.json {
+            eprintln!("{}", serde_json::to_string(&json!({"delivery": &summary})).unwrap_or_default());
+        } else {
+            eprintln!("{}", summary.text());
+        }
+        if let Err(e) = audit.record("delivery", json!({"target": d.target, "summary": &summary})) {
+            eprintln!("workcell: cannot record the delivery in the audit log: {e}");
+        }
+        summaries.push(summary);
+    }
+    summaries
+}
+
+fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
+    let failed = |why: String| Summary { zone: d.zone.clone(), withheld: Some(why), ..Summary::default() };
+    let mut staging = match Staging::new() {
+        Ok(s) => s,
+        Err(e) => return failed(format!("cannot create the staging directory: {e}")),
+    };
+    let collected = match walk::collect_dir(d.copy.root(), &d.policy, &mut staging) {
+        Ok(c) => c,
+        Err(e) => return failed(e.to_string()),
+    };
+    let mut changes = publish::diff(&d.zone, &*d.host.0, &d.copy.baseline, &collected);
+    if changes.summary.is_empty() {
+        return changes.summary;
+    }
+    if let Err(why) = approve(d, &changes.summary, review, mode) {
+        changes.summary.withheld = Some(why);
+        return changes.summary;
+    }
+    if let Err(e) = changes.publish(&*d.host.0, &staging) {
+        changes.summary.withheld = Some(format!("publishing stopped part-way: {e}"));
+    }
+    changes.summary
+}
+
+/// Asks for a yes when the zone or `--review` wants one; `Err` says why not.
+fn approve(d: &Delivery, summary: &Summary, review: Review, mode: ApprovalMode) -> Result<(), String> {
+    if !review.review && !d.ask {
+        return Ok(());
+    }
+    if !review.review {
+        match mode {
+            ApprovalMode::ApproveAll => return Ok(()),
+            ApprovalMode::Strict => return Err("the zone's writes need approval and --strict denies every approval".into()),
+            ApprovalMode::Interactive => {}
+        }
+    }
+    eprintln!("{}", summary.text());
+    let req = ApprovalRequest::new(Action::Write, format!("the changes above into zone {}", d.zone), d.zone.clone());
+    match TerminalPrompter.ask(&req) {
+        Ok(Choice::Once | Choice::Session) => Ok(()),
+        Ok(_) => Err("the reviewer said no".into()),
+        Err(e) => Err(format!("nobody could be asked: {e}")),
+    }
+}
