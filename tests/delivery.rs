@@ -1,0 +1,200 @@
+//! `delivery: copy` on the real backends, through the real `workcell` binary: what a worker
+//! leaves in a copy-delivered zone reaches the host only after the checker (files and
+//! directories only, the zone's suffixes and sizes, no set-uid bit), deletions included; a
+//! host change during the run is a conflict, not overwritten, and is not seen by the worker;
+//! a timed-out run, a review answered no (or nobody to ask) and a `--strict` run of a zone
+//! that asks publish nothing. The same bodies run on bwrap and docker.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{give_to_worker, write_project};
+
+const PRE: &str = "approval: {write: preApproved, delete: preApproved}";
+
+/// `tmp/proj` with `out/` (copy-delivered, `.md` only, at most 1000 bytes per file) and
+/// `sig/` (a live bind, for the test and the worker to signal each other).
+struct Scratch {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+impl Scratch {
+    fn new(out_approval: &str) -> Scratch {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
+        std::fs::create_dir_all(dir.join("out")).expect("mkdir out");
+        std::fs::create_dir_all(dir.join("sig")).expect("mkdir sig");
+        let config = format!(
+            "sandbox:\n  zones:\n    out: {{path: ./out, mode: rw, suffixes: [.md], max_file_bytes: 1000, delivery: copy, {out_approval}}}\n    sig: {{path: ./sig, mode: rw, {PRE}}}\n"
+        );
+        write_project(&dir, &config, &[]);
+        Scratch { _tmp: tmp, dir }
+    }
+
+    fn out(&self, name: &str) -> PathBuf {
+        self.dir.join("out").join(name)
+    }
+
+    fn listing(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    /// `workcell run --backend B <extra> -- sh -c SCRIPT`, without a controlling terminal
+    /// (`setsid`), so that nothing could ever be asked on one.
+    fn command(&self, backend: &str, extra: &[&str], script: &str) -> Command {
+        let mut c = Command::new("setsid");
+        c.arg("-w")
+            .arg(assert_cmd::cargo::cargo_bin("workcell"))
+            .current_dir(&self.dir)
+            .env_remove("RUST_LOG")
+            .args(["run", "--backend", backend])
+            .args(extra)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, backend: &str, extra: &[&str], script: &str) -> Output {
+        let out = self.command(backend, extra, script).output().expect("run workcell");
+        eprintln!("exit {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        out
+    }
+}
+
+/// The delivery summary workcell printed with `--json`.
+fn summary(out: &Output) -> serde_json::Value {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err.lines().find(|l| l.starts_with("{\"delivery\"")).unwrap_or_else(|| panic!("no delivery summary in: {err}"));
+    serde_json::from_str::<serde_json::Value>(line).unwrap()["delivery"].clone()
+}
+
+fn reason_of(s: &serde_json::Value, path: &str) -> String {
+    s["refused"].as_array().unwrap().iter().find(|r| r["path"] == path).map(|r| r["reason"].as_str().unwrap().to_string()).unwrap_or_default()
+}
+
+mod body {
+    use super::*;
+
+    pub fn only_checked_files_reach_the_host(backend: &str) {
+        let s = Scratch::new(PRE);
+        std::fs::write(s.out("del.md"), "delete me").unwrap();
+        give_to_worker(&s.dir);
+        let script = "cd /out && echo ok > ok.md && echo x > bad.exe && head -c 5000 /dev/zero > big.md && ln -s /etc/passwd link.md \
+                      && echo h > h.md && ln h.md hard.md && mkfifo fifo.md && echo r > run.md && chmod 4755 run.md && rm del.md";
+        let out = s.run(backend, &["--json"], script);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(s.listing(), ["ok.md", "run.md"], "the host holds what passed, and nothing else");
+        assert_eq!(std::fs::read_to_string(s.out("ok.md")).unwrap(), "ok\n");
+        let mode = std::fs::metadata(s.out("run.md")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7000, 0, "run.md kept its set-uid bit: {mode:o}");
+        let sum = summary(&out);
+        assert_eq!(sum["published"], true);
+        assert_eq!(sum["deleted"], serde_json::json!(["del.md"]));
+        assert_eq!(sum["bits_dropped"], serde_json::json!(["run.md"]));
+        for (path, reason) in
+            [("bad.exe", "suffix"), ("big.md", "too_large"), ("link.md", "symlink"), ("h.md", "hard_link"), ("hard.md", "hard_link"), ("fifo.md", "fifo")]
+        {
+            assert_eq!(reason_of(&sum, path), reason, "{path}: {sum}");
+        }
+    }
+
+    pub fn a_host_change_during_the_run_is_a_conflict(backend: &str) {
+        let s = Scratch::new(PRE);
+        std::fs::write(s.out("conf.md"), "orig\n").unwrap();
+        give_to_worker(&s.dir);
+        // The worker waits for the test (bounded), then reads and writes its copy.
+        let script = "touch /sig/started; i=0; while [ ! -e /sig/go ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
+                      cat /out/conf.md > /out/seen.md; echo worker > /out/conf.md";
+        let mut child = s.command(backend, &[], script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while !s.dir.join("sig/started").exists() {
+            assert!(Instant::now() < deadline, "the worker never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::write(s.out("conf.md"), "host\n").unwrap();
+        std::fs::write(s.dir.join("sig/go"), "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{err}");
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(std::fs::read_to_string(s.out("conf.md")).unwrap(), "host\n", "a host change was overwritten");
+        assert_eq!(std::fs::read_to_string(s.out("seen.md")).unwrap(), "orig\n", "the worker saw the live host directory");
+        assert!(err.contains("conflict  conf.md"), "{err}");
+    }
+
+    pub fn a_timed_out_run_publishes_nothing(backend: &str) {
+        let s = Scratch::new(PRE);
+        give_to_worker(&s.dir);
+        let out = s.run(backend, &["--timeout", "2s"], "echo t > /out/t.md; sleep 60");
+        assert_eq!(out.status.code(), Some(124));
+        assert!(s.listing().is_empty(), "{:?}", s.listing());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published: the run timed out"));
+    }
+
+    pub fn a_review_nobody_answers_publishes_nothing(backend: &str) {
+        let s = Scratch::new(PRE);
+        give_to_worker(&s.dir);
+        let out = s.run(backend, &["--review"], "echo r > /out/r.md");
+        assert_eq!(out.status.code(), Some(0));
+        assert!(s.listing().is_empty(), "{:?}", s.listing());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published: nobody could be asked"));
+    }
+
+    pub fn a_zone_that_asks_publishes_nothing_under_strict(backend: &str) {
+        let s = Scratch::new("approval: {write: ask, delete: ask}");
+        give_to_worker(&s.dir);
+        let out = s.run(backend, &["--strict"], "echo a > /out/a.md");
+        assert_eq!(out.status.code(), Some(0));
+        assert!(s.listing().is_empty(), "{:?}", s.listing());
+        // The same zone with --approve-all publishes.
+        let out = s.run(backend, &["--approve-all"], "echo a > /out/a.md");
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(s.listing(), ["a.md"]);
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    if support::backend_ready($backend) {
+                        body::$test($backend);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+backend_suite!(
+    bwrap,
+    "bwrap",
+    [
+        only_checked_files_reach_the_host,
+        a_host_change_during_the_run_is_a_conflict,
+        a_timed_out_run_publishes_nothing,
+        a_review_nobody_answers_publishes_nothing,
+        a_zone_that_asks_publishes_nothing_under_strict
+    ]
+);
+backend_suite!(
+    docker,
+    "docker",
+    [
+        only_checked_files_reach_the_host,
+        a_host_change_during_the_run_is_a_conflict,
+        a_timed_out_run_publishes_nothing,
+        a_review_nobody_answers_publishes_nothing,
+        a_zone_that_asks_publishes_nothing_under_strict
+    ]
+);
