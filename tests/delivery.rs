@@ -112,7 +112,7 @@ mod body {
         // The worker waits for the test (bounded), then reads and writes its copy.
         let script = "touch /sig/started; i=0; while [ ! -e /sig/go ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done; \
                       cat /out/conf.md > /out/seen.md; echo worker > /out/conf.md";
-        let mut child = s.command(backend, &[], script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let child = s.command(backend, &[], script).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(90);
         while !s.dir.join("sig/started").exists() {
             assert!(Instant::now() < deadline, "the worker never started");
