@@ -158,6 +158,41 @@ mod body {
         assert_eq!(out.status.code(), Some(0));
         assert_eq!(s.listing(), ["a.md"]);
     }
+
+    pub fn a_child_worker_delivers_through_the_checker(backend: &str) {
+        use std::sync::Arc;
+        use workcell::config::{BackendChoice, Project};
+        use workcell::tools::approval::{ApprovalMode, Approver};
+        use workcell::tools::audit::AuditLog;
+        use workcell::tools::runner::BackendRunner;
+        use workcell::tools::service::{Caller, ToolService};
+
+        let s = Scratch::new(PRE);
+        let zones = "sandbox:\n  zones:\n    - {name: out, mode: rw}\n";
+        let parent = format!("---\nworkers: [child]\n{zones}command: [true]\n---\n");
+        let child = format!("---\n{zones}command: [sh, -c, 'echo c > /out/c.md; echo x > /out/c.exe; ln -s /etc/passwd /out/l.md']\n---\n");
+        std::fs::create_dir_all(s.dir.join("workers")).unwrap();
+        std::fs::write(s.dir.join("workers/parent.worker"), parent).unwrap();
+        std::fs::write(s.dir.join("workers/child.worker"), child).unwrap();
+        give_to_worker(&s.dir);
+        let yaml = std::fs::read_to_string(s.dir.join("workcell.yaml")).unwrap();
+        let p = Arc::new(Project::from_text(&yaml, &s.dir.join("workcell.yaml"), &s.dir).expect("project"));
+        let choice = if backend == "docker" { BackendChoice::Docker } else { BackendChoice::Bwrap };
+        let w = p.worker("parent").expect("worker").clone();
+        let svc = ToolService::new(
+            p.clone(),
+            Caller { worker: Some(w.clone()), chain: vec!["parent".into()] },
+            w.sandbox.clone(),
+            Approver::new(ApprovalMode::ApproveAll, None),
+            AuditLog::new(&p.dir, "t"),
+            Arc::new(BackendRunner::new(p.clone(), choice, ApprovalMode::ApproveAll)),
+        );
+        let out = svc.call("call_worker", serde_json::json!({"name": "child"})).expect("the child runs");
+        assert_eq!(out["exit_code"], 0, "{out}");
+        assert_eq!(s.listing(), ["c.md"], "only the checked file reaches the host");
+        let log = std::fs::read_to_string(s.dir.join(".workcell/audit.jsonl")).expect("audit");
+        assert!(log.contains("\"event\":\"delivery\"") && log.contains("\"reason\":\"symlink\""), "{log}");
+    }
 }
 
 macro_rules! backend_suite {
@@ -184,7 +219,8 @@ backend_suite!(
         a_host_change_during_the_run_is_a_conflict,
         a_timed_out_run_publishes_nothing,
         a_review_nobody_answers_publishes_nothing,
-        a_zone_that_asks_publishes_nothing_under_strict
+        a_zone_that_asks_publishes_nothing_under_strict,
+        a_child_worker_delivers_through_the_checker
     ]
 );
 backend_suite!(
@@ -195,6 +231,7 @@ backend_suite!(
         a_host_change_during_the_run_is_a_conflict,
         a_timed_out_run_publishes_nothing,
         a_review_nobody_answers_publishes_nothing,
-        a_zone_that_asks_publishes_nothing_under_strict
+        a_zone_that_asks_publishes_nothing_under_strict,
+        a_child_worker_delivers_through_the_checker
     ]
 );
