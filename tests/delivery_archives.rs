@@ -316,3 +316,33 @@ proptest! {
         assert_contained(&f, &outside);
     }
 }
+
+/// The walker of a worker's copy: links, hard links and fifos reach the checker as what they
+/// are, and a file over the zone's size is refused by its size (sent without its content).
+#[test]
+fn the_walker_reports_what_each_entry_is() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    fs::write(d.join("ok.md"), "ok").unwrap();
+    fs::write(d.join("h.md"), "h").unwrap();
+    fs::hard_link(d.join("h.md"), d.join("hard.md")).unwrap();
+    symlink("/etc/passwd", d.join("link.md")).unwrap();
+    rustix::fs::mkfifoat(rustix::fs::CWD, d.join("fifo.md"), rustix::fs::Mode::from_raw_mode(0o644)).unwrap();
+    fs::create_dir(d.join("sub")).unwrap();
+    fs::File::create(d.join("sub/huge.md")).unwrap().set_len(5000).unwrap();
+    let dir = fs::File::open(d).unwrap();
+    let mut staging = Staging::new().unwrap();
+    let c = workcell::delivery::walk::collect_dir(&dir, &policy(), &mut staging).unwrap();
+    let refused: Vec<(String, Reason)> = c.refusals().into_iter().map(|r| (r.path, r.reason)).collect();
+    assert_eq!(
+        refused,
+        [
+            ("fifo.md".to_string(), Reason::Fifo),
+            ("h.md".to_string(), Reason::HardLink),
+            ("hard.md".to_string(), Reason::HardLink),
+            ("link.md".to_string(), Reason::Symlink),
+            ("sub/huge.md".to_string(), Reason::TooLarge { size: 5000, max: 1000 }),
+        ]
+    );
+    assert_eq!(c.files.keys().cloned().collect::<Vec<_>>(), [vec!["ok.md".to_string()]]);
+}

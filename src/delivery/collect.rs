@@ -112,6 +112,22 @@ fn kind_of(t: tar::EntryType) -> Kind {
     }
 }
 
+/// The PAX key with which [`super::walk`] marks a file too large to deliver, sent without
+/// its content. From any other source it can only get an entry refused, never accepted.
+pub const OVERSIZE_KEY: &str = "WORKCELL.size";
+
+fn oversize<R: Read>(entry: &mut tar::Entry<'_, R>) -> Result<Option<u64>, DeliveryError> {
+    let Some(pax) = entry.pax_extensions().map_err(DeliveryError::Archive)? else { return Ok(None) };
+    for ext in pax {
+        let ext = ext.map_err(DeliveryError::Archive)?;
+        if ext.key_bytes() == OVERSIZE_KEY.as_bytes() {
+            // Unparsable counts as huge: the entry is refused either way.
+            return Ok(Some(std::str::from_utf8(ext.value_bytes()).ok().and_then(|v| v.parse().ok()).unwrap_or(u64::MAX)));
+        }
+    }
+    Ok(None)
+}
+
 /// Reads the tar stream `input`, checks every entry against `policy` and the rules of a
 /// plain tree, and stages the contents of accepted files. An unreadable archive or one over
 /// the entry or byte limits is an error: then nothing is delivered.
@@ -154,18 +170,24 @@ pub fn collect_tar<R: Read>(input: R, policy: &Policy, staging: &mut Staging) ->
             }
             Kind::File if seen_dir => out.refuse(path, Reason::TypeClash),
             Kind::File => {
-                let size = entry.size();
+                // Every byte that comes through counts, refused files' too: reading them
+                // through is the cost a worker could otherwise make unbounded.
+                let oversize = oversize(&mut entry)?;
+                let size = oversize.unwrap_or(entry.size()).max(entry.size());
+                total = total.saturating_add(entry.size());
+                if total > policy.max_total_bytes {
+                    return Err(DeliveryError::TooManyBytes { max: policy.max_total_bytes });
+                }
                 if let Some(max) = policy.max_file_bytes.filter(|m| size > *m) {
                     out.refuse(path, Reason::TooLarge { size, max });
                     continue;
                 }
+                if size > policy.max_total_bytes {
+                    return Err(DeliveryError::TooManyBytes { max: policy.max_total_bytes });
+                }
                 if let Some(allowed) = policy.suffixes.as_ref().filter(|s| !name::suffix_allowed(&path[path.len() - 1], s)) {
                     out.refuse(path, Reason::Suffix { allowed: allowed.clone() });
                     continue;
-                }
-                total = total.saturating_add(size);
-                if total > policy.max_total_bytes {
-                    return Err(DeliveryError::TooManyBytes { max: policy.max_total_bytes });
                 }
                 let mode = entry.header().mode().unwrap_or(0o644);
                 let (staged, mut file) = staging.create().map_err(DeliveryError::io("stage a file", ""))?;

@@ -45,13 +45,15 @@ pub(crate) fn open_file(dir: impl AsFd, name: &CStr) -> io::Result<(std::fs::Fil
 
 /// Writes the tree beneath `dir` to `out` as a tar archive (names relative, directories
 /// with a trailing `/`; owners, times and modes beyond the permission bits left out).
-pub fn archive(dir: impl AsFd, out: impl Write) -> io::Result<()> {
+/// A file larger than `cap` is sent without its content, its size in a PAX record
+/// ([`collect::OVERSIZE_KEY`]), so that a huge (or sparse) file costs nothing to refuse.
+pub fn archive(dir: impl AsFd, out: impl Write, cap: u64) -> io::Result<()> {
     let mut builder = tar::Builder::new(out);
-    walk(&mut builder, dir.as_fd(), &[])?;
+    walk(&mut builder, dir.as_fd(), &[], cap)?;
     builder.into_inner()?.flush()
 }
 
-fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, prefix: &[u8]) -> io::Result<()> {
+fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, prefix: &[u8], cap: u64) -> io::Result<()> {
     for n in names(dir)? {
         let st = rustix::fs::statat(dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
         let mut path = prefix.to_vec();
@@ -81,12 +83,17 @@ fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, pre
                     let sub = open_dir(dir, &n)?;
                     let mut p = path.clone();
                     p.push(b'/');
-                    walk(b, sub.as_fd(), &p)?;
+                    walk(b, sub.as_fd(), &p, cap)?;
                 }
             }
             tar::EntryType::Regular => {
                 let (file, st) = open_file(dir, &n)?;
                 let size = st.st_size as u64;
+                if size > cap {
+                    b.append_pax_extensions([(collect::OVERSIZE_KEY, size.to_string().as_bytes())])?;
+                    b.append_data(&mut h, name, io::empty())?;
+                    continue;
+                }
                 h.set_size(size);
                 let mut body = file.take(size);
                 b.append_data(&mut h, name, &mut body)?;
@@ -106,7 +113,8 @@ fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, pre
 pub fn collect_dir(dir: impl AsFd + Send, policy: &Policy, staging: &mut collect::Staging) -> Result<collect::Collected, DeliveryError> {
     let (reader, writer) = io::pipe().map_err(DeliveryError::io("open a pipe", ""))?;
     std::thread::scope(|s| {
-        let walker = s.spawn(move || archive(dir, writer));
+        let cap = policy.max_file_bytes.unwrap_or(u64::MAX).min(policy.max_total_bytes);
+        let walker = s.spawn(move || archive(dir, writer, cap));
         let collected = collect::collect_tar(reader, policy, staging);
         let walked = walker.join().unwrap_or_else(|_| Err(io::Error::other("the walk panicked")));
         let collected = collected?;
