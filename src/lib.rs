@@ -8,8 +8,8 @@
 pub mod backend;
 pub mod cli;
 pub mod config;
-pub mod egress;
 pub mod delivery;
+pub mod egress;
 pub mod fds;
 pub mod plan;
 pub mod run;
