@@ -166,6 +166,67 @@ mod body {
     }
 }
 
+/// The child's Python: the name both may reach, then the one only its caller may reach.
+const CHILD: &str = r#"
+import os, sys, urllib.request, urllib.error
+web = int(sys.argv[1])
+for k in ("no_proxy", "NO_PROXY"):
+    os.environ.pop(k, None)
+def get(url):
+    try:
+        r = urllib.request.urlopen(url, timeout=30)
+        return "%d %s" % (r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        return "%d %s" % (e.code, e.read().decode().splitlines()[0])
+    except Exception as e:
+        return "ERR %s" % type(e).__name__
+print("child-allowed", get("http://good.test:%d/child" % web))
+print("child-narrowed", get("http://other.test:%d/child" % web))
+"#;
+
+/// The caller's script: it reaches `other.test` itself, then calls the child through the broker.
+fn caller_script(web: u16) -> String {
+    format!(
+        r#"python3 -c 'import os, urllib.request; [os.environ.pop(k, None) for k in ("no_proxy", "NO_PROXY")]; print("caller-other", urllib.request.urlopen("http://other.test:{web}/caller", timeout=30).read().decode())'; curl -s --max-time 120 --unix-socket "$WORKCELL_BROKER" -H "Authorization: Bearer $WORKCELL_TOKEN" -H 'Content-Type: application/json' --data-binary '{{"name":"child"}}' http://workcell/v1/tools/call_worker; echo"#
+    )
+}
+
+mod child_body {
+    use super::*;
+
+    /// A child worker called through the broker, whose own rules are narrower than its
+    /// caller's, is held to them end to end: it fetches its allowed name, and gets the
+    /// proxy's 403 for a name its caller reaches but it may not.
+    pub fn child_is_confined(backend: &str) {
+        let web = web_server();
+        let p = support::Proj::new();
+        let config = format!(
+            "sandbox:\n  network:\n    allow: [\"good.test:{w}\", \"other.test:{w}\"]\n    hosts: {{good.test: 127.0.0.2, other.test: 127.0.0.2}}\ndefaults:\n  image: host\n  backend: {backend}\n  limits: {{timeout: 2m}}\n",
+            w = web.port()
+        );
+        let command = |argv: &[&str]| serde_json::to_string(argv).expect("json");
+        let caller = format!("---\nworkers: [child]\ncommand: {}\n---\nCalls the child.\n", command(&["sh", "-c", &caller_script(web.port())]));
+        let child = format!(
+            "---\nnetwork:\n  allow: [\"good.test:{w}\"]\ncommand: {}\n---\nFetches.\n",
+            command(&["python3", "-c", CHILD, &web.port().to_string()]),
+            w = web.port()
+        );
+        support::write_project(&p.dir, &config, &[("caller", &caller), ("child", &child)]);
+        let out = support::workcell_in(&p.dir).args(["run", "--approve-all", "caller"]).output().expect("workcell run");
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let said = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(stdout.contains("caller-other hello /caller"), "the caller itself reaches other.test: {said}");
+        assert!(stdout.contains("child-allowed 200 hello /child"), "the child reaches its allowed name: {said}");
+        assert!(
+            stdout.contains(&format!("child-narrowed 403 workcell egress proxy refused other.test:{}", web.port())),
+            "the child is refused what only its caller may reach: {said}"
+        );
+        let refused: Vec<_> = egress_lines(&p.dir).into_iter().filter(|v| v["verdict"] == "refused").collect();
+        assert!(refused.iter().any(|v| v["destination"].as_str().is_some_and(|d| d.starts_with("other.test:"))), "{refused:#?}");
+    }
+}
+
 macro_rules! backend_suite {
     ($module:ident, $backend:literal) => {
         mod $module {
@@ -174,6 +235,12 @@ macro_rules! backend_suite {
             fn rules_hold() {
                 if support::backend_ready($backend) {
                     body::rules_hold($backend);
+                }
+            }
+            #[test]
+            fn child_is_confined() {
+                if support::backend_ready($backend) {
+                    child_body::child_is_confined($backend);
                 }
             }
             #[test]
