@@ -155,6 +155,12 @@ impl Policy {
         }
     }
 
+    /// The deny entry (of any layer) that names `ip` by address or network, if one does: a
+    /// denied address stays denied however the worker names it (a `hosts:` name, a DNS answer).
+    pub fn denied_address(&self, ip: IpAddr, port: u16) -> Option<&Entry> {
+        self.layers.iter().flat_map(|l| l.deny.iter()).find(|e| e.matches_ip(ip, port))
+    }
+
     /// Whether an answer of `ip` may be connected to although it is in a special range: only
     /// when every layer allows it by address or network.
     pub fn address_allowed(&self, ip: IpAddr, port: u16) -> bool {

@@ -65,13 +65,21 @@ pub async fn open(policy: &Policy, consent: Option<&Arc<dyn Consent>>, host: &Ho
     let (addresses, trusted) = addresses(policy, host, port).await?;
     let mut refused = Vec::new();
     let mut usable = Vec::new();
+    let mut denied = None;
     for ip in addresses {
+        if let Some(rule) = policy.denied_address(ip, port) {
+            denied.get_or_insert_with(|| format!("{host} leads to {ip}, which matches the deny entry {}", describe(rule)));
+            continue;
+        }
         match special(ip) {
             Some(range) if !trusted && !policy.address_allowed(ip, port) => refused.push(format!("{ip} ({range})")),
             _ => usable.push(SocketAddr::new(ip, port)),
         }
     }
     if usable.is_empty() {
+        if let Some(reason) = denied.filter(|_| refused.is_empty()) {
+            return Err(Refusal::new("denied", reason));
+        }
         return Err(Refusal::new(
             "special",
             format!(

@@ -1,0 +1,107 @@
+//! Attacks on the egress proxy: destinations a worker words so that the rules judge one
+//! thing and the proxy connects to another. The proxy is driven directly on loopback (test
+//! servers on 127.0.0.2, a proxy on 127.0.0.1); traffic stays on loopback.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use workcell::backend::egress::{EgressProxy, Peers};
+use workcell::config::Project;
+use workcell::egress::{Policy, Proxy};
+
+/// A deadline that only turns a hang into a failure.
+const HANG: Duration = Duration::from_secs(60);
+
+/// An HTTP server on `ip`: each request gets `200` and `hello <path>`.
+fn web_server(ip: &str) -> SocketAddr {
+    let l = TcpListener::bind((ip, 0)).expect("bind a test server on loopback");
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(HANG));
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut first = String::new();
+                if r.read_line(&mut first).is_err() {
+                    return;
+                }
+                loop {
+                    let mut line = String::new();
+                    match r.read_line(&mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) if line == "\r\n" => break,
+                        Ok(_) => {}
+                    }
+                }
+                let body = format!("hello {}", first.split_whitespace().nth(1).unwrap_or(""));
+                let mut s = s;
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            });
+        }
+    });
+    addr
+}
+
+/// A proxy for a project whose `network:` is `rules` (`WEB` replaced by `web`'s port),
+/// listening on 127.0.0.1.
+fn proxy(dir: &Path, rules: &str, web: SocketAddr) -> (Proxy, SocketAddr) {
+    let yaml = format!("sandbox:\n  network:\n{}", rules.replace("WEB", &web.port().to_string()));
+    let p = Project::from_text(&yaml, &dir.join("workcell.yaml"), dir).unwrap_or_else(|e| panic!("{e}"));
+    let policy: Arc<Policy> = p.sandbox.network_access().policy().expect("rules").clone();
+    let proxy = Proxy::start(policy, None, None).expect("the proxy starts");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    proxy.serve(listener, Peers::Any).expect("the proxy serves");
+    (proxy, addr)
+}
+
+/// Sends `request` and reads the whole answer.
+fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to the proxy");
+    s.set_read_timeout(Some(HANG)).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn get(addr: SocketAddr, host: &str) -> String {
+    exchange(addr, format!("GET http://{host}/x HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+}
+
+/// A SOCKS5 CONNECT for `name:port`; the reply code.
+fn socks(addr: SocketAddr, name: &str, port: u16) -> u8 {
+    let mut s = TcpStream::connect(addr).expect("connect to the proxy");
+    s.set_read_timeout(Some(HANG)).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut greeting = [0u8; 2];
+    s.read_exact(&mut greeting).unwrap();
+    let mut req = vec![5, 1, 0, 3, name.len() as u8];
+    req.extend_from_slice(name.as_bytes());
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    reply[1]
+}
+
+/// A deny entry naming an address holds for every way of reaching that address: a name of
+/// `hosts:` (or a DNS answer) that leads there is refused too, not only the literal.
+#[test]
+fn denied_address_is_not_reached_through_a_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let web = web_server("127.0.0.2");
+    let rules = "    allow: [\"front.test:WEB\", \"127.0.0.0/8\"]\n    deny: [\"127.0.0.2\"]\n    hosts: {front.test: 127.0.0.2}\n";
+    let (_proxy, addr) = proxy(tmp.path(), rules, web);
+    let literal = get(addr, &format!("127.0.0.2:{}", web.port()));
+    assert!(literal.starts_with("HTTP/1.1 403"), "the literal is denied: {literal}");
+    let named = get(addr, &format!("front.test:{}", web.port()));
+    assert!(named.starts_with("HTTP/1.1 403"), "a name leading to a denied address is refused: {named}");
+    assert!(named.contains("deny entry '127.0.0.2'"), "the refusal names the deny entry: {named}");
+    let tunnel = exchange(addr, format!("CONNECT front.test:{p} HTTP/1.1\r\nHost: front.test:{p}\r\n\r\n", p = web.port()).as_bytes());
+    assert!(tunnel.starts_with("HTTP/1.1 403"), "{tunnel}");
+    assert_eq!(socks(addr, "front.test", web.port()), 2, "SOCKS: not allowed by the rules");
+}
