@@ -105,3 +105,85 @@ fn denied_address_is_not_reached_through_a_name() {
     assert!(tunnel.starts_with("HTTP/1.1 403"), "{tunnel}");
     assert_eq!(socks(addr, "front.test", web.port()), 2, "SOCKS: not allowed by the rules");
 }
+
+/// A SOCKS5 CONNECT by address (`atyp` 1 or 4); the reply code.
+fn socks_address(addr: SocketAddr, atyp: u8, address: &[u8], port: u16) -> u8 {
+    let mut s = TcpStream::connect(addr).expect("connect to the proxy");
+    s.set_read_timeout(Some(HANG)).unwrap();
+    s.write_all(&[5, 1, 0]).unwrap();
+    let mut greeting = [0u8; 2];
+    s.read_exact(&mut greeting).unwrap();
+    let mut req = vec![5, 1, 0, atyp];
+    req.extend_from_slice(address);
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    reply[1]
+}
+
+/// Ways of writing a destination so that the rules would judge one thing and the proxy
+/// connect to another: each is judged as what it is. Only `good.test` (a name of `hosts:`)
+/// is allowed; a server on 127.0.0.1 would answer if the proxy went there.
+#[test]
+fn destinations_are_judged_as_connected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let web = web_server("127.0.0.2");
+    let local = web_server("127.0.0.1");
+    let rules = "    allow: [\"good.test:WEB\"]\n    hosts: {good.test: 127.0.0.2}\n";
+    let (_proxy, addr) = proxy(tmp.path(), rules, web);
+    let (w, l) = (web.port(), local.port());
+    // Spellings of the allowed name reach it.
+    for host in [format!("good.test:{w}"), format!("GOOD.Test:{w}"), format!("good.test.:{w}")] {
+        assert!(get(addr, &host).starts_with("HTTP/1.1 200"), "{host}");
+    }
+    // Everything else is refused, whatever the spelling.
+    for host in [
+        format!("good.test@127.0.0.1:{l}"),
+        format!("good.test:{w}@127.0.0.1:{l}"),
+        format!("[::ffff:127.0.0.1]:{l}"),
+        format!("[::1]:{l}"),
+        format!("127.1:{l}"),
+        format!("2130706433:{l}"),
+        format!("0x7f000001:{l}"),
+        format!("good.test%2e:{w}"),
+        format!("xn--good-test:{w}"),
+        format!("x.good.test:{w}"),
+        "good.test:0".to_string(),
+        format!("good.test:{}", w as u32 + 65536),
+    ] {
+        let answer = get(addr, &host);
+        assert!(!answer.starts_with("HTTP/1.1 200"), "{host} must not be fetched: {answer}");
+        let tunnel = exchange(addr, format!("CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes());
+        assert!(!tunnel.starts_with("HTTP/1.1 200"), "{host} must not be tunnelled: {tunnel}");
+    }
+    // SOCKS by address: IPv4 and IPv6 (loopback, and IPv4-mapped loopback) are judged as addresses.
+    assert_eq!(socks_address(addr, 1, &[127, 0, 0, 1], l), 2);
+    assert_eq!(socks_address(addr, 1, &[127, 0, 0, 2], w), 2);
+    assert_eq!(socks_address(addr, 4, &std::net::Ipv6Addr::LOCALHOST.octets(), l), 2);
+    assert_eq!(socks_address(addr, 4, &"::ffff:127.0.0.2".parse::<std::net::Ipv6Addr>().unwrap().octets(), w), 2);
+    assert_eq!(socks(addr, "good.test", w), 0, "the allowed name by SOCKS");
+}
+
+/// A second request on a connection (pipelined behind an allowed one, or smuggled in a
+/// body) is never sent anywhere unjudged: one request per connection.
+#[test]
+fn pipelined_requests_are_not_forwarded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let web = web_server("127.0.0.2");
+    let local = web_server("127.0.0.1");
+    let rules = "    allow: [\"good.test:WEB\"]\n    hosts: {good.test: 127.0.0.2}\n";
+    let (_proxy, addr) = proxy(tmp.path(), rules, web);
+    let (w, l) = (web.port(), local.port());
+    let second = format!("GET http://127.0.0.1:{l}/second HTTP/1.1\r\nHost: 127.0.0.1:{l}\r\n\r\n");
+    let pipelined = exchange(addr, format!("GET http://good.test:{w}/first HTTP/1.1\r\nHost: good.test:{w}\r\n\r\n{second}").as_bytes());
+    assert!(pipelined.contains("hello /first"), "{pipelined}");
+    assert!(!pipelined.contains("hello /second"), "{pipelined}");
+    // Transfer-Encoding and Content-Length together, the classic desync.
+    let smuggled = exchange(
+        addr,
+        format!("POST http://good.test:{w}/first HTTP/1.1\r\nHost: good.test:{w}\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{second}")
+            .as_bytes(),
+    );
+    assert!(!smuggled.contains("hello /second"), "{smuggled}");
+}
