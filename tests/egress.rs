@@ -184,10 +184,23 @@ print("child-allowed", get("http://good.test:%d/child" % web))
 print("child-narrowed", get("http://other.test:%d/child" % web))
 "#;
 
-/// The caller's script: it reaches `other.test` itself, then calls the child through the broker.
-fn caller_script(web: u16) -> String {
+/// The caller's script: it reaches `other.test` itself, calls the child through the broker,
+/// then (the child's run and its network torn down) still reaches only the proxy: a direct
+/// connection to a host port (`direct`, listening on every address) gets nowhere.
+fn caller_script(web: u16, direct: u16) -> String {
+    let after = format!(
+        r#"import os, socket, urllib.request
+[os.environ.pop(k, None) for k in ("no_proxy", "NO_PROXY")]
+print("caller-after", urllib.request.urlopen("http://other.test:{web}/after", timeout=30).read().decode())
+host = os.environ["HTTP_PROXY"].split("//")[1].rsplit(":", 1)[0]
+try:
+    socket.create_connection((host, {direct}), timeout=10).close()
+    print("caller-direct CONNECTED")
+except OSError:
+    print("caller-direct refused")"#
+    );
     format!(
-        r#"python3 -c 'import os, urllib.request; [os.environ.pop(k, None) for k in ("no_proxy", "NO_PROXY")]; print("caller-other", urllib.request.urlopen("http://other.test:{web}/caller", timeout=30).read().decode())'; curl -s --max-time 120 --unix-socket "$WORKCELL_BROKER" -H "Authorization: Bearer $WORKCELL_TOKEN" -H 'Content-Type: application/json' --data-binary '{{"name":"child"}}' http://workcell/v1/tools/call_worker; echo"#
+        r#"python3 -c 'import os, urllib.request; [os.environ.pop(k, None) for k in ("no_proxy", "NO_PROXY")]; print("caller-other", urllib.request.urlopen("http://other.test:{web}/caller", timeout=30).read().decode())'; curl -s --max-time 120 --unix-socket "$WORKCELL_BROKER" -H "Authorization: Bearer $WORKCELL_TOKEN" -H 'Content-Type: application/json' --data-binary '{{"name":"child"}}' http://workcell/v1/tools/call_worker; echo; python3 -c '{after}'"#
     )
 }
 
@@ -199,13 +212,20 @@ mod child_body {
     /// proxy's 403 for a name its caller reaches but it may not.
     pub fn child_is_confined(backend: &str) {
         let web = web_server();
+        // A host server on every address: on docker, the gateway would reach it were the
+        // run's firewall rules gone (say, removed with the child's).
+        let direct = TcpListener::bind("0.0.0.0:0").expect("bind a host port");
+        direct.set_nonblocking(true).unwrap();
         let p = support::Proj::new();
         let config = format!(
             "sandbox:\n  network:\n    allow: [\"good.test:{w}\", \"other.test:{w}\"]\n    hosts: {{good.test: 127.0.0.2, other.test: 127.0.0.2}}\ndefaults:\n  image: host\n  backend: {backend}\n  limits: {{timeout: 2m}}\n",
             w = web.port()
         );
         let command = |argv: &[&str]| serde_json::to_string(argv).expect("json");
-        let caller = format!("---\nworkers: [child]\ncommand: {}\n---\nCalls the child.\n", command(&["sh", "-c", &caller_script(web.port())]));
+        let caller = format!(
+            "---\nworkers: [child]\ncommand: {}\n---\nCalls the child.\n",
+            command(&["sh", "-c", &caller_script(web.port(), direct.local_addr().unwrap().port())])
+        );
         let child = format!(
             "---\nnetwork:\n  allow: [\"good.test:{w}\"]\ncommand: {}\n---\nFetches.\n",
             command(&["python3", "-c", CHILD, &web.port().to_string()]),
@@ -222,6 +242,9 @@ mod child_body {
             stdout.contains(&format!("child-narrowed 403 workcell egress proxy refused other.test:{}", web.port())),
             "the child is refused what only its caller may reach: {said}"
         );
+        assert!(stdout.contains("caller-after hello /after"), "the caller still reaches other.test after the child: {said}");
+        assert!(stdout.contains("caller-direct refused"), "the caller is still confined after the child's run ended: {said}");
+        assert!(direct.accept().is_err(), "nothing reached the host port directly: {said}");
         let refused: Vec<_> = egress_lines(&p.dir).into_iter().filter(|v| v["verdict"] == "refused").collect();
         assert!(refused.iter().any(|v| v["destination"].as_str().is_some_and(|d| d.starts_with("other.test:"))), "{refused:#?}");
     }
