@@ -1,8 +1,10 @@
 //! The network of a proxied docker run: an internal bridge network of the run's own (no route
 //! out), named and labelled like the container, with the egress proxy listening on a free
 //! port of its gateway and the host's firewall closing every other port of the host to it
-//! ([`super::firewall`]). The container is attached to this network only, and its DNS points
-//! at its own loopback, where nothing answers: names resolve only through the proxy.
+//! ([`super::firewall`]). The container is attached to this network only, and its DNS server
+//! is its own loopback, where nothing answers: Docker's embedded server (127.0.0.11, still in
+//! its resolv.conf) answers the run network's own names and passes anything else there, so
+//! other names resolve only through the proxy.
 //!
 //! [`open`] makes all of it before the container exists; [`close`] removes the rules and the
 //! network after the container is gone, as the run's watchdog and `workcell gc` do for a
