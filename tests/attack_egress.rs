@@ -187,3 +187,94 @@ fn pipelined_requests_are_not_forwarded() {
     );
     assert!(!smuggled.contains("hello /second"), "{smuggled}");
 }
+
+/// A person who has not answered yet: counts the questions, answers none until opened.
+#[derive(Default)]
+struct Unanswered {
+    asked: std::sync::Mutex<usize>,
+    open: std::sync::Mutex<bool>,
+    changed: std::sync::Condvar,
+}
+
+impl Unanswered {
+    fn asked(&self) -> usize {
+        *self.asked.lock().unwrap()
+    }
+
+    fn wait_asked(&self, n: usize) {
+        let deadline = std::time::Instant::now() + HANG;
+        let mut asked = self.asked.lock().unwrap();
+        while *asked < n {
+            assert!(std::time::Instant::now() < deadline, "only {} questions reached the person, not {n}", *asked);
+            asked = self.changed.wait_timeout(asked, Duration::from_millis(50)).unwrap().0;
+        }
+    }
+
+    fn answer_all(&self) {
+        *self.open.lock().unwrap() = true;
+        self.changed.notify_all();
+    }
+}
+
+impl workcell::egress::Consent for Unanswered {
+    fn connect(&self, _destination: &str) -> Result<(), workcell::egress::ConsentDenied> {
+        *self.asked.lock().unwrap() += 1;
+        self.changed.notify_all();
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.changed.wait(open).unwrap();
+        }
+        Err(workcell::egress::ConsentDenied("the user denied".into()))
+    }
+}
+
+/// `ask: true`: a worker that opens connections to ever new unlisted names and drops them at
+/// once cannot queue questions for the person without end. A question cannot be taken back
+/// once asked, so only a few may wait at a time; past them the worker gets a 403 at once.
+#[test]
+fn questions_cannot_pile_up() {
+    use workcell::egress::limits::MAX_PENDING_ASKS;
+    let tmp = tempfile::tempdir().unwrap();
+    let web = web_server("127.0.0.2");
+    let yaml = format!("sandbox:\n  network:\n    allow: [\"good.test:{}\"]\n    ask: true\n", web.port());
+    let p = Project::from_text(&yaml, &tmp.path().join("workcell.yaml"), tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+    let person = Arc::new(Unanswered::default());
+    let proxy = Proxy::start(p.sandbox.network_access().policy().expect("rules").clone(), None, Some(person.clone())).expect("the proxy starts");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    proxy.serve(listener, Peers::Any).expect("the proxy serves");
+    let ask = |i: usize| {
+        let mut s = TcpStream::connect(addr).expect("connect to the proxy");
+        s.set_read_timeout(Some(HANG)).unwrap();
+        s.write_all(format!("CONNECT n{i}.unlisted.test:443 HTTP/1.1\r\n\r\n").as_bytes()).unwrap();
+        s
+    };
+    // Questions the worker walks away from (once asked) still wait for the person.
+    let walked_away: Vec<TcpStream> = (0..MAX_PENDING_ASKS).map(ask).collect();
+    person.wait_asked(MAX_PENDING_ASKS);
+    drop(walked_away);
+    // Past them, each connection is refused without a question (here the worker reads its
+    // answer; it would not have to).
+    for i in MAX_PENDING_ASKS..MAX_PENDING_ASKS + 40 {
+        let mut s = ask(i);
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).expect("an answer without waiting for the person");
+        assert!(answer.starts_with("HTTP/1.1 403") && answer.contains("still waiting for an answer"), "{answer}");
+    }
+    assert_eq!(person.asked(), MAX_PENDING_ASKS, "no further question was queued");
+    // Once answered, the next destination is asked about again.
+    person.answer_all();
+    let deadline = std::time::Instant::now() + HANG;
+    let answer = loop {
+        // The waiting questions end just after the person answers them.
+        let mut answer = String::new();
+        ask(1000).read_to_string(&mut answer).expect("the answer");
+        if !answer.contains("still waiting for an answer") {
+            break answer;
+        }
+        assert!(std::time::Instant::now() < deadline, "the answered questions still count as waiting");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(answer.starts_with("HTTP/1.1 403") && answer.contains("the user denied"), "{answer}");
+    assert_eq!(person.asked(), MAX_PENDING_ASKS + 1);
+}

@@ -43,6 +43,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_ADDRESSES: usize = 8;
 /// Threads resolving names at once (the system resolver blocks).
 pub const MAX_RESOLVERS: usize = 8;
+/// Questions to a person (`ask: true`) waiting for an answer at once; more are refused. A
+/// question runs on a blocking thread and cannot be taken back when its connection goes, so
+/// without a bound a worker opening and dropping connections would queue questions without
+/// end (and take the threads that resolve names).
+pub const MAX_PENDING_ASKS: usize = 4;
 
 /// The proxy's own counters, for tests and diagnostics.
 #[derive(Debug, Default)]

@@ -59,7 +59,7 @@ pub enum EgressError {
 /// What every connection of one proxy shares.
 pub(crate) struct Shared {
     policy: Arc<Policy>,
-    consent: Option<Arc<dyn Consent>>,
+    consent: Option<resolve::Asker>,
     log: Option<AuditLog>,
     counters: Arc<Counters>,
     slots: Arc<Semaphore>,
@@ -124,7 +124,7 @@ impl Proxy {
             })
             .map_err(EgressError::Thread)?;
         let handle = handle_rx.recv().map_err(|_| EgressError::Stopped)?.map_err(EgressError::Runtime)?;
-        let shared = Arc::new(Shared { policy, consent, log, counters: Arc::default(), slots, stop: stop_rx, timeouts });
+        let shared = Arc::new(Shared { policy, consent: consent.map(resolve::Asker::new), log, counters: Arc::default(), slots, stop: stop_rx, timeouts });
         Ok(Proxy { shared, handle, stop, done: Some(done), thread: Some(thread) })
     }
 

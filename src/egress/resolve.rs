@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 use ipnet::IpNet;
 use tokio::net::TcpStream;
 
-use super::limits::{CONNECT_TIMEOUT, MAX_ADDRESSES, RESOLVE_TIMEOUT};
+use super::limits::{CONNECT_TIMEOUT, MAX_ADDRESSES, MAX_PENDING_ASKS, RESOLVE_TIMEOUT};
 use super::policy::{Host, Policy, Verdict};
 use super::rules::{normalise_name, Entry};
 use super::Consent;
@@ -54,8 +54,21 @@ pub fn parse_host(text: &str) -> Result<Host, Refusal> {
     normalise_name(text).map(Host::Name).map_err(|why| Refusal::new("invalid", format!("'{}' is not a host name: {why}", crate::term::escape(text))))
 }
 
+/// Who is asked about unlisted destinations, and the questions that may wait at once.
+#[derive(Clone)]
+pub struct Asker {
+    consent: Arc<dyn Consent>,
+    pending: Arc<tokio::sync::Semaphore>,
+}
+
+impl Asker {
+    pub fn new(consent: Arc<dyn Consent>) -> Asker {
+        Asker { consent, pending: Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_ASKS)) }
+    }
+}
+
 /// Judges `host:port`, resolves it and connects.
-pub async fn open(policy: &Policy, consent: Option<&Arc<dyn Consent>>, host: &Host, port: u16) -> Result<Opened, Refusal> {
+pub async fn open(policy: &Policy, consent: Option<&Asker>, host: &Host, port: u16) -> Result<Opened, Refusal> {
     let rule = match policy.judge(host, port) {
         Verdict::Allowed { rule } => describe(&rule),
         Verdict::Denied { rule } => return Err(Refusal::new("denied", format!("it matches the deny entry {}", describe(&rule)))),
@@ -107,13 +120,24 @@ fn describe(rule: &Entry) -> String {
 }
 
 /// Asks a person (through the run's approvals) about a destination no layer lists.
-async fn ask(consent: Option<&Arc<dyn Consent>>, host: &Host, port: u16) -> Result<String, Refusal> {
-    let Some(consent) = consent.cloned() else {
+async fn ask(asker: Option<&Asker>, host: &Host, port: u16) -> Result<String, Refusal> {
+    let Some(asker) = asker else {
         return Err(Refusal::new("unlisted", format!("{host}:{port} is not listed, and nobody can be asked in this run")));
     };
     let destination = format!("{host}:{port}");
-    let asked = destination.clone();
-    match tokio::task::spawn_blocking(move || consent.connect(&asked)).await {
+    // Held until the question is answered, even when the connection has gone meanwhile.
+    let Ok(waiting) = asker.pending.clone().try_acquire_owned() else {
+        return Err(Refusal::new(
+            "asked",
+            format!("{destination} is not listed, and {MAX_PENDING_ASKS} questions about other destinations are still waiting for an answer; ask again once they are answered"),
+        ));
+    };
+    let (consent, asked) = (asker.consent.clone(), destination.clone());
+    let answer = tokio::task::spawn_blocking(move || {
+        let _waiting = waiting;
+        consent.connect(&asked)
+    });
+    match answer.await {
         Ok(Ok(())) => Ok(format!("approved: {destination}")),
         Ok(Err(denied)) => Err(Refusal::new("asked", format!("{destination} is not listed, and the approval was refused: {denied}"))),
         Err(_) => Err(Refusal::new("asked", format!("{destination} is not listed, and the approval failed"))),
