@@ -2,11 +2,14 @@
 //! thing and the proxy connects to another. The proxy is driven directly on loopback (test
 //! servers on 127.0.0.2, a proxy on 127.0.0.1); traffic stays on loopback.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+use support::servers::web_server;
 
 use workcell::backend::egress::{EgressProxy, Peers};
 use workcell::config::Project;
@@ -14,36 +17,6 @@ use workcell::egress::{Policy, Proxy};
 
 /// A deadline that only turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
-
-/// An HTTP server on `ip`: each request gets `200` and `hello <path>`.
-fn web_server(ip: &str) -> SocketAddr {
-    let l = TcpListener::bind((ip, 0)).expect("bind a test server on loopback");
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(HANG));
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut first = String::new();
-                if r.read_line(&mut first).is_err() {
-                    return;
-                }
-                loop {
-                    let mut line = String::new();
-                    match r.read_line(&mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) => {}
-                    }
-                }
-                let body = format!("hello {}", first.split_whitespace().nth(1).unwrap_or(""));
-                let mut s = s;
-                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            });
-        }
-    });
-    addr
-}
 
 /// A proxy for a project whose `network:` is `rules` (`WEB` replaced by `web`'s port),
 /// listening on 127.0.0.1.

@@ -6,7 +6,9 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use support::servers::{echo_server, web_server};
+
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::Command as StdCommand;
@@ -14,57 +16,6 @@ use std::time::Duration;
 
 /// A deadline that only turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
-
-/// An HTTP server on 127.0.0.2: each request gets `200` and `hello <path>`.
-fn web_server() -> SocketAddr {
-    let l = TcpListener::bind(("127.0.0.2", 0)).expect("bind a test server on loopback");
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(HANG));
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut first = String::new();
-                if r.read_line(&mut first).is_err() {
-                    return;
-                }
-                loop {
-                    let mut line = String::new();
-                    match r.read_line(&mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) => {}
-                    }
-                }
-                let body = format!("hello {}", first.split_whitespace().nth(1).unwrap_or(""));
-                let mut s = s;
-                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            });
-        }
-    });
-    addr
-}
-
-/// A server on 127.0.0.2 that answers each line `X` with `pong:X`, until the peer closes.
-fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind(("127.0.0.2", 0)).expect("bind a test server on loopback");
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(HANG));
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut s = s;
-                let mut line = String::new();
-                while r.read_line(&mut line).is_ok_and(|n| n > 0) {
-                    let _ = write!(s, "pong:{line}");
-                    line.clear();
-                }
-            });
-        }
-    });
-    addr
-}
 
 /// A project whose worker may reach `good.test` (the web server) and `echo.test` (the echo
 /// server) and nothing else; `bad.test` points at the web server too but is denied.
@@ -138,7 +89,7 @@ mod body {
     /// destination gets an explained 403 and an audit line; a direct connection gets nowhere;
     /// the run's status is the worker's.
     pub fn rules_hold(backend: &str) {
-        let (web, echo) = (web_server(), echo_server());
+        let (web, echo) = (web_server("127.0.0.2"), echo_server("127.0.0.2"));
         let (_tmp, dir) = project(backend, web, echo);
         let out = support::workcell_in(&dir)
             .args(["run", "--", "python3", "-c", CLIENT, &web.port().to_string(), &echo.port().to_string()])
@@ -148,8 +99,8 @@ mod body {
         let said = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(out.status.code(), Some(7), "the worker's own status: {said}");
         let line = |name: &str| stdout.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name} line: {said}")).to_string();
-        assert_eq!(line("allowed"), "allowed 200 hello /a", "{said}");
-        assert_eq!(line("wildcard"), "wildcard 200 hello /b", "{said}");
+        assert!(line("allowed").starts_with("allowed 200 hello /a "), "{said}");
+        assert!(line("wildcard").starts_with("wildcard 200 hello /b "), "{said}");
         for refused in ["unlisted", "denied", "port", "literal", "loopback"] {
             let l = line(refused);
             assert!(l.starts_with(&format!("{refused} 403 workcell egress proxy refused")), "{refused} must be an explained 403: {l}\n{said}");
@@ -211,7 +162,7 @@ mod child_body {
     /// caller's, is held to them end to end: it fetches its allowed name, and gets the
     /// proxy's 403 for a name its caller reaches but it may not.
     pub fn child_is_confined(backend: &str) {
-        let web = web_server();
+        let web = web_server("127.0.0.2");
         // A host server on every address: on docker, the gateway would reach it were the
         // run's firewall rules gone (say, removed with the child's).
         let direct = TcpListener::bind("0.0.0.0:0").expect("bind a host port");

@@ -3,11 +3,14 @@
 //! HTTP forward requests, CONNECT and SOCKS5 to it. Each refusal is a 403 (or SOCKS reply 2)
 //! that says why, and leaves an `egress` line in the audit log. Traffic stays on loopback.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::servers::{echo_server, web_server};
 
 use workcell::backend::egress::{EgressProxy, Peers};
 use workcell::config::Project;
@@ -17,61 +20,6 @@ use workcell::tools::audit::AuditLog;
 
 /// A generous deadline that only turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
-
-/// An HTTP server on `ip`: every request gets `200` and a body naming the path and the Host
-/// header it came with.
-fn web_server(ip: &str) -> SocketAddr {
-    let l = TcpListener::bind((ip, 0)).expect("bind a test server on loopback");
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(HANG));
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut first = String::new();
-                if r.read_line(&mut first).is_err() {
-                    return;
-                }
-                let mut host = String::new();
-                loop {
-                    let mut line = String::new();
-                    match r.read_line(&mut line) {
-                        Ok(0) | Err(_) => return,
-                        Ok(_) if line == "\r\n" => break,
-                        Ok(_) if line.to_ascii_lowercase().starts_with("host:") => host = line[5..].trim().to_string(),
-                        Ok(_) => {}
-                    }
-                }
-                let path = first.split_whitespace().nth(1).unwrap_or("").to_string();
-                let body = format!("hello from the test server: {path} (host {host})");
-                let mut s = s;
-                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
-            });
-        }
-    });
-    addr
-}
-
-/// A server on `ip` that answers each line `X` with `pong:X`.
-fn echo_server(ip: &str) -> SocketAddr {
-    let l = TcpListener::bind((ip, 0)).expect("bind a test server on loopback");
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = s.set_read_timeout(Some(HANG));
-                let mut w = s.try_clone().unwrap();
-                for line in BufReader::new(s).lines() {
-                    let Ok(line) = line else { return };
-                    if writeln!(w, "pong:{line}").is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 struct Fixture {
     _tmp: tempfile::TempDir,
@@ -158,7 +106,7 @@ fn forward_get_through_a_static_name() {
     let host = format!("allowed.test:{}", f.web.port());
     let answer = get(f.addr, &host, "/simple");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(answer.ends_with(&format!("hello from the test server: /simple (host {host})")), "the path reaches the server in origin form: {answer}");
+    assert!(answer.ends_with(&format!("hello /simple (host {host})")), "the path reaches the server in origin form: {answer}");
     let line = audit_line(&f.dir, |v| v["destination"] == host.as_str());
     assert_eq!(line["verdict"], "allowed", "{line}");
     assert_eq!(line["protocol"], "http");
@@ -258,7 +206,7 @@ fn refusals_explain_and_are_audited() {
             assert!(answer.starts_with("HTTP/1.1 403"), "{host}: {answer}");
             assert!(answer.contains(words), "{host}: the refusal says why ({words}): {answer}");
             assert!(answer.contains("workcell.yaml allows: allowed.test"), "{host}: the refusal says what is allowed: {answer}");
-            assert!(!answer.contains("hello from the test server"), "{host}: nothing reached the server");
+            assert!(!answer.contains("hello /"), "{host}: nothing reached the server");
         }
         let line = audit_line(&f.dir, |v| v["destination"] == host.as_str() && v["protocol"] == "connect");
         assert_eq!(line["verdict"], "refused", "{line}");
@@ -375,7 +323,7 @@ fn survives_a_flood() {
     assert!(grown < 128 * 1024, "the process grew by {grown} KiB during the flood");
     drop(slow);
     wait_for("the unfinished connections to end", || f.proxy.stats().active == 0);
-    assert!(get(f.addr, &good, "/after").contains("hello from the test server: /after"), "still serving");
+    assert!(get(f.addr, &good, "/after").contains("hello /after"), "still serving");
     assert!(f.proxy.stats().peak <= MAX_CONNECTIONS);
 }
 

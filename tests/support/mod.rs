@@ -5,6 +5,7 @@
 
 pub mod fixture;
 pub mod render;
+pub mod servers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
