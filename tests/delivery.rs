@@ -3,7 +3,9 @@
 //! directories only, the zone's suffixes and sizes, no set-uid bit), deletions included; a
 //! host change during the run is a conflict, not overwritten, and is not seen by the worker;
 //! a timed-out run, a review answered no (or nobody to ask) and a `--strict` run of a zone
-//! that asks publish nothing. The same bodies run on bwrap and docker.
+//! that asks publish nothing, while a review answered yes publishes. The reviews are answered
+//! at the real prompt, on a pseudo-terminal (`tests/pty_run.py`). The same bodies run on bwrap
+//! and docker.
 
 mod support;
 
@@ -66,6 +68,33 @@ impl Scratch {
         eprintln!("exit {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         out
     }
+}
+
+/// `workcell run --backend B --json --review -- sh -c SCRIPT` on a pseudo-terminal (its
+/// controlling terminal), `answer` typed at every approval prompt: pty_run.py's report.
+fn review_on_pty(s: &Scratch, backend: &str, answer: &str, script: &str) -> serde_json::Value {
+    let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_run.py");
+    let out = Command::new("python3")
+        .arg(driver)
+        .arg(answer)
+        .arg(assert_cmd::cargo::cargo_bin("workcell"))
+        .args(["run", "--backend", backend, "--json", "--review", "--", "sh", "-c", script])
+        .current_dir(&s.dir)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run pty_run.py");
+    assert!(out.status.success(), "pty_run.py failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("pty_run.py prints JSON");
+    eprintln!("exit {}\nterminal:\n{}", report["exit"], report["output"].as_str().unwrap_or_default());
+    report
+}
+
+/// The `--json` delivery summary in what the terminal showed (after the reviewer's answer).
+fn summary_on_terminal(output: &str) -> serde_json::Value {
+    let at = output.rfind("{\"delivery\"").unwrap_or_else(|| panic!("no delivery summary in: {output}"));
+    let mut values = serde_json::Deserializer::from_str(&output[at..]).into_iter::<serde_json::Value>();
+    values.next().expect("a summary").expect("the summary is JSON")["delivery"].clone()
 }
 
 /// The delivery summary workcell printed with `--json`.
@@ -147,6 +176,44 @@ mod body {
         assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published: nobody could be asked"));
     }
 
+    /// The host holds `old.md`; the worker adds `r.md` and deletes `old.md`. A reviewer who
+    /// says no at the prompt leaves the host as it was.
+    pub fn a_review_answered_no_publishes_nothing(backend: &str) {
+        let s = Scratch::new(PRE);
+        std::fs::write(s.out("old.md"), "host\n").unwrap();
+        give_to_worker(&s.dir);
+        let r = review_on_pty(&s, backend, "n", "echo r > /out/r.md && rm /out/old.md");
+        let output = r["output"].as_str().unwrap_or_default();
+        assert_eq!(r["exit"], 0, "{output}");
+        assert_eq!(r["prompts"], 1, "exactly the delivery review is asked: {output}");
+        assert!(output.contains("workcell: allow write to the changes above into zone out?"), "{output}");
+        assert!(output.contains("added     r.md") && output.contains("deleted   old.md"), "the reviewer was shown the changes: {output}");
+        assert_eq!(s.listing(), ["old.md"], "a change reached the host after a no");
+        assert_eq!(std::fs::read_to_string(s.out("old.md")).unwrap(), "host\n");
+        let sum = summary_on_terminal(output);
+        assert_eq!(sum["published"], false, "{sum}");
+        assert_eq!(sum["withheld"], "the reviewer said no", "{sum}");
+    }
+
+    /// The same run answered yes at the prompt: the checked changes reach the host.
+    pub fn a_review_answered_yes_publishes(backend: &str) {
+        let s = Scratch::new(PRE);
+        std::fs::write(s.out("old.md"), "host\n").unwrap();
+        give_to_worker(&s.dir);
+        let r = review_on_pty(&s, backend, "y", "echo r > /out/r.md && echo x > /out/bad.exe && rm /out/old.md");
+        let output = r["output"].as_str().unwrap_or_default();
+        assert_eq!(r["exit"], 0, "{output}");
+        assert_eq!(r["prompts"], 1, "exactly the delivery review is asked: {output}");
+        assert_eq!(s.listing(), ["r.md"], "the host holds the checked changes, and nothing else");
+        assert_eq!(std::fs::read_to_string(s.out("r.md")).unwrap(), "r\n");
+        let sum = summary_on_terminal(output);
+        assert_eq!(sum["published"], true, "{sum}");
+        assert!(sum.get("withheld").is_none(), "{sum}");
+        assert_eq!(sum["added"], serde_json::json!(["r.md"]), "{sum}");
+        assert_eq!(sum["deleted"], serde_json::json!(["old.md"]), "{sum}");
+        assert_eq!(reason_of(&sum, "bad.exe"), "suffix", "{sum}");
+    }
+
     pub fn a_zone_that_asks_publishes_nothing_under_strict(backend: &str) {
         let s = Scratch::new("approval: {write: ask, delete: ask}");
         give_to_worker(&s.dir);
@@ -219,6 +286,8 @@ backend_suite!(
         a_host_change_during_the_run_is_a_conflict,
         a_timed_out_run_publishes_nothing,
         a_review_nobody_answers_publishes_nothing,
+        a_review_answered_no_publishes_nothing,
+        a_review_answered_yes_publishes,
         a_zone_that_asks_publishes_nothing_under_strict,
         a_child_worker_delivers_through_the_checker
     ]
@@ -231,6 +300,8 @@ backend_suite!(
         a_host_change_during_the_run_is_a_conflict,
         a_timed_out_run_publishes_nothing,
         a_review_nobody_answers_publishes_nothing,
+        a_review_answered_no_publishes_nothing,
+        a_review_answered_yes_publishes,
         a_zone_that_asks_publishes_nothing_under_strict,
         a_child_worker_delivers_through_the_checker
     ]
