@@ -88,7 +88,7 @@ fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
         return changes.summary;
     }
     if let Err(why) = approve(d, &changes.summary, review, mode) {
-        changes.summary.withheld = Some(why);
+        changes.summary.withheld = Some(why.to_string());
         return changes.summary;
     }
     if let Err(e) = changes.publish(&*d.host.0, &staging) {
@@ -97,15 +97,26 @@ fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
     changes.summary
 }
 
+/// Why a delivery's changes were not published (the summary's `withheld`).
+#[derive(Debug, thiserror::Error)]
+enum Withheld {
+    #[error("the zone's writes need approval and --strict denies every approval")]
+    Strict,
+    #[error("the reviewer said no")]
+    SaidNo,
+    #[error("nobody could be asked: {0}")]
+    NobodyToAsk(#[source] crate::tools::approval::PromptError),
+}
+
 /// Asks for a yes when the zone or `--review` wants one; `Err` says why not.
-fn approve(d: &Delivery, summary: &Summary, review: Review, mode: ApprovalMode) -> Result<(), String> {
+fn approve(d: &Delivery, summary: &Summary, review: Review, mode: ApprovalMode) -> Result<(), Withheld> {
     if !review.review && !d.ask {
         return Ok(());
     }
     if !review.review {
         match mode {
             ApprovalMode::ApproveAll => return Ok(()),
-            ApprovalMode::Strict => return Err("the zone's writes need approval and --strict denies every approval".into()),
+            ApprovalMode::Strict => return Err(Withheld::Strict),
             ApprovalMode::Interactive => {}
         }
     }
@@ -113,7 +124,7 @@ fn approve(d: &Delivery, summary: &Summary, review: Review, mode: ApprovalMode) 
     let req = ApprovalRequest::new(Action::Write, format!("the changes above into zone {}", d.zone), d.zone.clone());
     match TerminalPrompter.ask(&req) {
         Ok(Choice::Once | Choice::Session) => Ok(()),
-        Ok(_) => Err("the reviewer said no".into()),
-        Err(e) => Err(format!("nobody could be asked: {e}")),
+        Ok(_) => Err(Withheld::SaidNo),
+        Err(e) => Err(Withheld::NobodyToAsk(e)),
     }
 }
