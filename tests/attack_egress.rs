@@ -45,20 +45,11 @@ fn get(addr: SocketAddr, host: &str) -> String {
     exchange(addr, format!("GET http://{host}/x HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
 }
 
-/// A SOCKS5 CONNECT for `name:port`; the reply code.
+/// A SOCKS5 CONNECT for `name:port` (address type 3); the reply code.
 fn socks(addr: SocketAddr, name: &str, port: u16) -> u8 {
-    let mut s = TcpStream::connect(addr).expect("connect to the proxy");
-    s.set_read_timeout(Some(HANG)).unwrap();
-    s.write_all(&[5, 1, 0]).unwrap();
-    let mut greeting = [0u8; 2];
-    s.read_exact(&mut greeting).unwrap();
-    let mut req = vec![5, 1, 0, 3, name.len() as u8];
-    req.extend_from_slice(name.as_bytes());
-    req.extend_from_slice(&port.to_be_bytes());
-    s.write_all(&req).unwrap();
-    let mut reply = [0u8; 10];
-    s.read_exact(&mut reply).unwrap();
-    reply[1]
+    let mut address = vec![name.len() as u8];
+    address.extend_from_slice(name.as_bytes());
+    socks_address(addr, 3, &address, port)
 }
 
 /// A deny entry naming an address holds for every way of reaching that address: a name of
@@ -79,7 +70,8 @@ fn denied_address_is_not_reached_through_a_name() {
     assert_eq!(socks(addr, "front.test", web.port()), 2, "SOCKS: not allowed by the rules");
 }
 
-/// A SOCKS5 CONNECT by address (`atyp` 1 or 4); the reply code.
+/// A SOCKS5 CONNECT to `address` of type `atyp` (1 IPv4, 3 a name with its length, 4
+/// IPv6); the reply code.
 fn socks_address(addr: SocketAddr, atyp: u8, address: &[u8], port: u16) -> u8 {
     let mut s = TcpStream::connect(addr).expect("connect to the proxy");
     s.set_read_timeout(Some(HANG)).unwrap();

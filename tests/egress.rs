@@ -30,12 +30,13 @@ fn project(backend: &str, web: SocketAddr, echo: SocketAddr) -> (tempfile::TempD
     (p.tmp, p.dir)
 }
 
-/// The worker's Python: one line of output per step, the proxy from its environment.
-const CLIENT: &str = r#"
-import os, socket, sys, urllib.request, urllib.error
-web, echo = int(sys.argv[1]), int(sys.argv[2])
+/// The start of every worker script here: no proxy bypass (loopback names must go through
+/// the proxy too, to be judged) and `get(url)`, which prints a status and the body's first line.
+macro_rules! python_prelude {
+    () => {
+        r#"import os, socket, sys, urllib.request, urllib.error
 for k in ("no_proxy", "NO_PROXY"):
-    os.environ.pop(k, None)  # localhost must go through the proxy too, to be judged
+    os.environ.pop(k, None)
 def get(url):
     try:
         r = urllib.request.urlopen(url, timeout=30)
@@ -44,6 +45,14 @@ def get(url):
         return "%d %s" % (e.code, e.read().decode().splitlines()[0])
     except Exception as e:
         return "ERR %s" % type(e).__name__
+"#
+    };
+}
+
+/// The worker's Python: one line of output per step, the proxy from its environment.
+const CLIENT: &str = concat!(
+    python_prelude!(),
+    r#"web, echo = int(sys.argv[1]), int(sys.argv[2])
 for name, url in [("allowed", "http://good.test:%d/a" % web), ("wildcard", "http://x.good.test:%d/b" % web),
                   ("unlisted", "http://other.test:%d/" % web), ("denied", "http://bad.good.test:%d/" % web),
                   ("port", "http://good.test:%d/" % echo), ("literal", "http://127.0.0.2:%d/" % web),
@@ -74,7 +83,8 @@ try:
 except OSError as e:
     print("direct refused")
 sys.exit(7)
-"#;
+"#
+);
 
 /// The `egress` lines of the project's audit log.
 fn egress_lines(dir: &Path) -> Vec<serde_json::Value> {
@@ -118,22 +128,13 @@ mod body {
 }
 
 /// The child's Python: the name both may reach, then the one only its caller may reach.
-const CHILD: &str = r#"
-import os, sys, urllib.request, urllib.error
-web = int(sys.argv[1])
-for k in ("no_proxy", "NO_PROXY"):
-    os.environ.pop(k, None)
-def get(url):
-    try:
-        r = urllib.request.urlopen(url, timeout=30)
-        return "%d %s" % (r.status, r.read().decode())
-    except urllib.error.HTTPError as e:
-        return "%d %s" % (e.code, e.read().decode().splitlines()[0])
-    except Exception as e:
-        return "ERR %s" % type(e).__name__
+const CHILD: &str = concat!(
+    python_prelude!(),
+    r#"web = int(sys.argv[1])
 print("child-allowed", get("http://good.test:%d/child" % web))
 print("child-narrowed", get("http://other.test:%d/child" % web))
-"#;
+"#
+);
 
 /// The caller's script: it reaches `other.test` itself, calls the child through the broker,
 /// then (the child's run and its network torn down) still reaches only the proxy: a direct
