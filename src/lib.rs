@@ -11,6 +11,7 @@ pub mod config;
 pub mod delivery;
 pub mod egress;
 pub mod fds;
+pub mod hostrun;
 pub mod plan;
 pub mod run;
 pub mod sandbox;

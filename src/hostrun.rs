@@ -1,0 +1,246 @@
+//! Files the host runs: paths inside a writable area that a person's own tools execute later,
+//! on the host, as the person (git hooks and config, direnv's `.envrc`, editor task files,
+//! shell start-up files). A worker that could leave one would run code outside its sandbox
+//! the next time someone types `git status` in the folder.
+//!
+//! This module only says *which* paths are protected; the plan binds the existing ones
+//! read-only (`plan::protected`), the run moves aside the ones a worker created
+//! (`hostrun::quarantine`), and the tool service and copy delivery refuse them.
+//!
+//! An entry is a relative path, `/`-separated, whose components may use `*` (within one
+//! name) and `**` (any number of names). It protects that path at any depth of an area and
+//! everything beneath it: `.git/hooks` covers `.git/hooks/pre-commit` and
+//! `sub/.git/hooks/x`. The entry `.git` is special: it covers a `.git` that is *not* a
+//! directory (a `gitdir:` pointer file, or a link), never a repository's `.git` directory,
+//! whose contents the other entries judge.
+
+use std::path::{Component, Path};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+/// The entries protected in every writable area unless a zone turns one off (`unprotect:`).
+pub const DEFAULTS: &[&str] = &[
+    ".git",
+    ".git/hooks",
+    ".git/config",
+    ".git/config.worktree",
+    ".git/commondir",
+    ".git/modules/**/config",
+    ".git/modules/**/hooks",
+    ".gitmodules",
+    ".gitconfig",
+    ".config/git",
+    ".envrc",
+    ".vscode",
+    ".idea",
+    ".mcp.json",
+    ".claude",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".zlogout",
+];
+
+/// The entry that covers a non-directory `.git` only.
+const GIT_POINTER: &str = ".git";
+
+/// What a path is, where that decides a match (the `.git` entry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    /// A file, a link, or anything else that is not a directory (also: not created yet).
+    Other,
+}
+
+/// An entry that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EntryError {
+    #[error("protected entry '{0}' is not a relative path inside an area: write it like `.git/hooks` or `Makefile` (no leading `/`, no `.` or `..`, not empty)")]
+    NotRelative(String),
+    #[error("protected entry '{entry}' is not a valid pattern: {reason}")]
+    BadPattern { entry: String, reason: String },
+    #[error("'{0}' is not a protected entry here, so it cannot be turned off; the entries are: {1}")]
+    Unknown(String, String),
+}
+
+/// The protected entries of one writable area.
+#[derive(Debug, Clone)]
+pub struct Protection {
+    entries: Vec<String>,
+    /// One glob per entry and `**/` form, each tagged with its entry's index.
+    set: GlobSet,
+    /// For each glob of `set`: the entry it belongs to, and whether it is the entry itself
+    /// (true) or a path beneath it (false).
+    owners: Vec<(usize, bool)>,
+}
+
+impl Default for Protection {
+    fn default() -> Self {
+        Protection::new(DEFAULTS.iter().map(|s| s.to_string())).expect("the default entries are valid")
+    }
+}
+
+impl PartialEq for Protection {
+    fn eq(&self, other: &Self) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl Protection {
+    /// The protection made of `entries` (duplicates folded, order kept).
+    pub fn new(entries: impl IntoIterator<Item = String>) -> Result<Protection, EntryError> {
+        let mut kept: Vec<String> = Vec::new();
+        for e in entries {
+            let e = check_entry(&e)?;
+            if !kept.contains(&e) {
+                kept.push(e);
+            }
+        }
+        let mut builder = GlobSetBuilder::new();
+        let mut owners = Vec::new();
+        for (i, e) in kept.iter().enumerate() {
+            let forms: &[(String, bool)] = &[(format!("**/{e}"), true), (format!("**/{e}/**"), false)];
+            for (form, itself) in forms {
+                let glob = GlobBuilder::new(form)
+                    .literal_separator(true)
+                    .backslash_escape(true)
+                    .build()
+                    .map_err(|err| EntryError::BadPattern { entry: e.clone(), reason: err.kind().to_string() })?;
+                builder.add(glob);
+                owners.push((i, *itself));
+            }
+        }
+        let set = builder.build().map_err(|err| EntryError::BadPattern { entry: kept.join(", "), reason: err.to_string() })?;
+        Ok(Protection { entries: kept, set, owners })
+    }
+
+    /// The defaults plus `added`.
+    pub fn with_added(added: &[String]) -> Result<Protection, EntryError> {
+        Protection::new(DEFAULTS.iter().map(|s| s.to_string()).chain(added.iter().cloned()))
+    }
+
+    /// This protection without `removed` (each must be one of its entries, as written).
+    pub fn without(&self, removed: &[String]) -> Result<Protection, EntryError> {
+        for r in removed {
+            let r = check_entry(r)?;
+            if !self.entries.contains(&r) {
+                return Err(EntryError::Unknown(r, self.entries.join(", ")));
+            }
+        }
+        let removed: Vec<String> = removed.iter().filter_map(|r| check_entry(r).ok()).collect();
+        Protection::new(self.entries.iter().filter(|e| !removed.contains(e)).cloned())
+    }
+
+    /// The entries, as written.
+    pub fn entries(&self) -> &[String] {
+        &self.entries
+    }
+
+    /// The entry that protects `rel` (a path relative to the area's root, `/`-separated as
+    /// the file system has it), when one does: `rel` is a protected path or lies beneath one.
+    /// `kind` is what the last component of `rel` is.
+    pub fn matches(&self, rel: &Path, kind: Kind) -> Option<&str> {
+        if rel.as_os_str().is_empty() {
+            return None;
+        }
+        let mut best: Option<usize> = None;
+        for g in self.set.matches(rel) {
+            let (entry, itself) = self.owners[g];
+            // `.git` itself counts only when it is not a directory; paths beneath a `.git`
+            // directory are judged by the other entries.
+            if self.entries[entry] == GIT_POINTER && (!itself || kind == Kind::Dir) {
+                continue;
+            }
+            best = Some(best.map_or(entry, |b| b.min(entry)));
+        }
+        best.map(|i| self.entries[i].as_str())
+    }
+}
+
+/// `e` as an entry: relative, normalised, no `.`/`..`, no empty components.
+fn check_entry(e: &str) -> Result<String, EntryError> {
+    let bad = || EntryError::NotRelative(crate::term::escape(e).into_owned());
+    let trimmed = e.trim_end_matches('/');
+    if trimmed.is_empty() || trimmed.starts_with('/') || crate::config::forbidden_char(trimmed).is_some() {
+        return Err(bad());
+    }
+    for c in Path::new(trimmed).components() {
+        if !matches!(c, Component::Normal(_)) {
+            return Err(bad());
+        }
+    }
+    if trimmed.split('/').any(str::is_empty) {
+        return Err(bad());
+    }
+    Ok(trimmed.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &Protection, rel: &str, kind: Kind) -> Option<String> {
+        p.matches(Path::new(rel), kind).map(str::to_string)
+    }
+
+    #[test]
+    fn defaults_at_any_depth() {
+        let p = Protection::default();
+        assert_eq!(m(&p, ".git/hooks/post-checkout", Kind::Other).as_deref(), Some(".git/hooks"));
+        assert_eq!(m(&p, ".git/hooks", Kind::Dir).as_deref(), Some(".git/hooks"));
+        assert_eq!(m(&p, "sub/deeper/.git/config", Kind::Other).as_deref(), Some(".git/config"));
+        assert_eq!(m(&p, ".git/modules/a/config", Kind::Other).as_deref(), Some(".git/modules/**/config"));
+        assert_eq!(m(&p, ".git/modules/a/modules/b/hooks/x", Kind::Other).as_deref(), Some(".git/modules/**/hooks"));
+        assert_eq!(m(&p, "home/.bashrc", Kind::Other).as_deref(), Some(".bashrc"));
+        assert_eq!(m(&p, ".vscode/tasks.json", Kind::Other).as_deref(), Some(".vscode"));
+        assert_eq!(m(&p, "a/.config/git/config", Kind::Other).as_deref(), Some(".config/git"));
+    }
+
+    #[test]
+    fn git_directory_contents_stay_writable() {
+        let p = Protection::default();
+        for rel in [".git/objects/ab/cdef", ".git/refs/heads/main", ".git/index", ".git/HEAD", ".git/logs/HEAD", "src/main.rs", "config", "hooks/x"] {
+            assert_eq!(m(&p, rel, Kind::Other), None, "{rel}");
+        }
+        assert_eq!(m(&p, ".git", Kind::Dir), None);
+        assert_eq!(m(&p, "sub/.git", Kind::Dir), None);
+    }
+
+    #[test]
+    fn a_git_pointer_file_is_protected() {
+        let p = Protection::default();
+        assert_eq!(m(&p, ".git", Kind::Other).as_deref(), Some(".git"));
+        assert_eq!(m(&p, "sub/.git", Kind::Other).as_deref(), Some(".git"));
+    }
+
+    #[test]
+    fn names_are_matched_whole() {
+        let p = Protection::default();
+        assert_eq!(m(&p, "x.bashrc", Kind::Other), None);
+        assert_eq!(m(&p, ".bashrc.bak", Kind::Other), None);
+        assert_eq!(m(&p, "not.git/config", Kind::Other), None);
+    }
+
+    #[test]
+    fn added_and_removed() {
+        let p = Protection::with_added(&["Makefile".into(), ".github/workflows".into()]).unwrap();
+        assert_eq!(m(&p, "sub/Makefile", Kind::Other).as_deref(), Some("Makefile"));
+        assert_eq!(m(&p, ".github/workflows/ci.yml", Kind::Other).as_deref(), Some(".github/workflows"));
+        let q = p.without(&[".vscode".into()]).unwrap();
+        assert_eq!(m(&q, ".vscode/tasks.json", Kind::Other), None);
+        assert!(matches!(q.without(&[".nope".into()]), Err(EntryError::Unknown(..))));
+    }
+
+    #[test]
+    fn bad_entries() {
+        for e in ["", "/etc/x", "../x", "a/../b", "./a", "a//b"] {
+            assert!(Protection::new([e.to_string()]).is_err(), "{e:?}");
+        }
+    }
+}
