@@ -61,7 +61,9 @@ pub enum Kind {
 /// An entry that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EntryError {
-    #[error("protected entry '{0}' is not a relative path inside an area: write it like `.git/hooks` or `Makefile` (no leading `/`, no `.` or `..`, not empty)")]
+    #[error(
+        "protected entry '{0}' is not a relative path inside an area: write it like `.git/hooks` or `Makefile` (no leading `/`, no `.` or `..`, not empty)"
+    )]
     NotRelative(String),
     #[error("protected entry '{entry}' is not a valid pattern: {reason}")]
     BadPattern { entry: String, reason: String },

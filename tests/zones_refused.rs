@@ -102,6 +102,7 @@ fn mount(host: PathBuf) -> Mount {
         max_file_bytes: None,
         approval: Approvals::default(),
         delivery: Delivery::Bind,
+        protection: Default::default(),
     }
 }
 

@@ -133,6 +133,7 @@ pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, ZoneSpecError> {
         max_file_bytes: None,
         approval: Approvals { read: Approval::PreApproved, write, delete: write },
         delivery: Delivery::Bind,
+        protection: crate::hostrun::Protection::default(),
     })
 }
 

@@ -162,6 +162,40 @@ pub struct LaunchPlan {
     /// and publishes the checked result afterwards.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub copies: Vec<CopyMount>,
+    /// The writable, bind-delivered mounts and the files the host runs in them
+    /// (`crate::hostrun`): those that existed at launch are bound read-only (in `mounts`);
+    /// after the run, any other one found is moved aside.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub protected: Vec<ProtectedArea>,
+}
+
+/// One writable mount's protected paths (`crate::hostrun`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProtectedArea {
+    /// The mount's target (as in [`LaunchPlan::mounts`]).
+    pub target: String,
+    /// The mount's own handle (the zone's directory, as bound).
+    #[serde(skip)]
+    pub held: Option<Held>,
+    /// The entries in force here (defaults, added, less the zone's `unprotect`).
+    pub entries: Vec<String>,
+    /// Default entries the zone turned off (`unprotect:`), shown by `plan`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unprotected: Vec<String>,
+    /// Protected paths that existed at launch, bound read-only: their path relative to the
+    /// mount, and the identity (device, inode) they had.
+    pub bound: Vec<BoundPath>,
+    #[serde(skip)]
+    pub protection: crate::hostrun::Protection,
+}
+
+/// A protected path that existed at launch and is bound read-only over itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BoundPath {
+    pub path: String,
+    pub entry: String,
+    #[serde(skip)]
+    pub identity: (u64, u64),
 }
 
 /// A mount of a zone with `delivery: copy`.
@@ -481,6 +515,7 @@ impl LaunchPlan {
             tty: ov.tty,
             runtime,
             copies,
+            protected: Vec::new(),
         })
     }
 

@@ -74,6 +74,7 @@ impl Sandbox {
             max_file_bytes: None,
             approval,
             delivery: Delivery::Bind,
+            protection: crate::hostrun::Protection::default(),
         });
         let area = Area { key: AreaKey { mount: index, prefix: Vec::new() }, dir: Arc::new(dir) };
         let mut next = self.clone();

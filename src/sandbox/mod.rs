@@ -125,6 +125,12 @@ pub struct Mount {
     pub max_file_bytes: Option<u64>,
     pub approval: Approvals,
     pub delivery: Delivery,
+    /// The files the host runs that a worker may not leave in this mount when it is
+    /// writable (`crate::hostrun`): the defaults, plus `sandbox.protect`, less the zone's
+    /// `unprotect`. A derived mount keeps its parent's.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub protection: crate::hostrun::Protection,
 }
 
 /// How sandbox paths are addressed.

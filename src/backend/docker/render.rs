@@ -196,6 +196,7 @@ mod tests {
             tty: false,
             runtime: None,
             copies: Vec::new(),
+            protected: Vec::new(),
         }
     }
 
