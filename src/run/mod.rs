@@ -126,6 +126,9 @@ impl Session {
             .serving(plan.limits)
             .under_runtime(plan.runtime.clone());
         let caller = Caller { worker: spec.worker.cloned(), chain: spec.chain.clone() };
+        // The protected paths bound read-only for the worker stay out of the tool service's
+        // reach too, wherever the worker moves the directories holding them.
+        let sandbox = sandbox.pinning(plan.protected.iter().flat_map(|a| a.bound.iter().map(|b| (b.identity, b.entry.clone()))));
         let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
         let (broker, reserved) = match spec.services {

@@ -76,8 +76,10 @@ impl Sandbox {
             delivery: Delivery::Bind,
             protection: crate::hostrun::Protection::default(),
         });
+        let root = super::hostfiles::root_identity(&dir);
         let area = Area { key: AreaKey { mount: index, prefix: Vec::new() }, dir: Arc::new(dir) };
         let mut next = self.clone();
+        next.hostfiles = Arc::new(self.hostfiles.with_root(index, root));
         next.mounts = Arc::new(mounts);
         if mode == ZoneMode::Rw {
             next.writable.push(area.clone());

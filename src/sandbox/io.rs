@@ -221,6 +221,8 @@ impl Sandbox {
             if existing < parent.len() {
                 let base = area.dir.open_dir(rel_path(&parent[..existing])).map_err(|e| self.io_error(op, shown, &e))?;
                 self.refuse_control(&base, &parent[existing], shown)?;
+                // Nor a directory on the way to a file the host runs (`.vscode/`, `sub/.git/`).
+                self.refuse_hostrun(vp.mount, &base, &parent[existing..], name, crate::hostrun::Kind::Other, op, shown)?;
             }
             if let Err(e) = area.dir.create_dir_all(&parent_rel) {
                 // "Already exists" means something that is not a directory beneath the
@@ -255,6 +257,8 @@ impl Sandbox {
                 return Err(SandboxError::WrongKind { op: "write", path: show(path), found: "directory", expected: "file" });
             }
         }
+        // Judged on the directory actually opened, wherever it really is in the zone.
+        self.refuse_hostrun(vp.mount, &dir, &[], &name, crate::hostrun::Kind::Other, "write", path)?;
         write_atomic(&dir, &name, content.as_bytes()).map_err(|e| self.io_error("write", path, &e))
     }
 
@@ -300,6 +304,7 @@ impl Sandbox {
         if meta.is_dir() {
             return Err(SandboxError::WrongKind { op: "delete", path: show(path), found: "directory", expected: "file" });
         }
+        self.refuse_hostrun(vp.mount, &dir, &[], &name, crate::hostrun::Kind::Other, "delete", path)?;
         Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
     }
 

@@ -15,6 +15,7 @@ mod error;
 mod expand;
 mod grant;
 pub mod hostdir;
+mod hostfiles;
 mod io;
 mod links;
 pub(crate) mod mounted;
@@ -189,6 +190,8 @@ pub struct Sandbox {
     protected: Arc<protect::Protected>,
     /// Granted directories that do not exist yet, created at launch (see `grant`).
     pending: Vec<grant::Pending>,
+    /// What judges the files the host runs for the tool service (see `hostfiles`).
+    hostfiles: Arc<hostfiles::HostFiles>,
 }
 
 impl Sandbox {
@@ -198,6 +201,7 @@ impl Sandbox {
         let network = network.into();
         let mut readable = Vec::with_capacity(mounts.len());
         let mut writable = Vec::new();
+        let mut roots = Vec::with_capacity(mounts.len());
         for (i, m) in mounts.iter().enumerate() {
             let dir = Dir::open_ambient_dir(&m.host_path, ambient_authority()).map_err(|e| SandboxError::Io {
                 op: "open",
@@ -206,13 +210,15 @@ impl Sandbox {
             })?;
             // On the handle every backend binds: where it really leads, not how it is spelled.
             hostdir::check_opened(&m.name, std::os::fd::AsFd::as_fd(&dir), m.mode, &m.host_path)?;
+            roots.push(hostfiles::root_identity(&dir));
             let area = Area { key: AreaKey { mount: i, prefix: Vec::new() }, dir: Arc::new(dir) };
             if m.mode == ZoneMode::Rw {
                 writable.push(area.clone());
             }
             readable.push(area);
         }
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new() })
+        let hostfiles = Arc::new(hostfiles::HostFiles { roots, ..Default::default() });
+        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new(), hostfiles })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
@@ -225,6 +231,7 @@ impl Sandbox {
             network: self.network.clone(),
             protected: self.protected.clone(),
             pending: Vec::new(),
+            hostfiles: self.hostfiles.clone(),
         }
     }
 

@@ -284,6 +284,7 @@ impl ToolService {
         // Sandbox refusals come before any prompt: nobody is asked about the impossible.
         sb.resolve_for_write(path)?;
         sb.check_suffix(path)?;
+        sb.check_hostrun(path)?;
         self.gate(sb.mount_of(path), Action::Write, path)?;
         sb.write(path, content)?;
         Ok(json!({"path": path, "bytes": content.len()}))
@@ -294,6 +295,7 @@ impl ToolService {
         let sb = self.sandbox();
         sb.resolve_for_write(path)?;
         sb.check_suffix(path)?;
+        sb.check_hostrun(path)?;
         // Check the match before asking, so a person approves an edit that can happen.
         drop(sb.check_edit(path, old)?);
         self.gate(sb.mount_of(path), Action::Write, path)?;
