@@ -69,6 +69,14 @@ pub enum Reason {
     TypeClash,
     /// Beneath an entry that was refused (a link or special file in its place).
     BeneathRefused,
+    /// A new or changed file the host runs (`crate::hostrun`), covered by `entry`.
+    Protected {
+        entry: String,
+    },
+    /// A file the host runs that the worker deleted in its copy: kept on the host.
+    ProtectedDelete {
+        entry: String,
+    },
 }
 
 impl std::fmt::Display for Reason {
@@ -85,6 +93,13 @@ impl std::fmt::Display for Reason {
             Reason::Duplicate => f.write_str("the name appears twice"),
             Reason::TypeClash => f.write_str("a file where a directory is, or beneath a file"),
             Reason::BeneathRefused => f.write_str("beneath a refused entry"),
+            Reason::Protected { entry } => write!(
+                f,
+                "a file the host runs (protected by '{entry}': git, direnv, editors and shells run such files on the host, outside the sandbox); not published. A person allows it with `unprotect: ['{entry}']` on the zone in workcell.yaml"
+            ),
+            Reason::ProtectedDelete { entry } => {
+                write!(f, "deleted in the worker's copy, but a file the host runs (protected by '{entry}'); the deletion is not applied, the host keeps it")
+            }
         }
     }
 }

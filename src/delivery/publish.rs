@@ -13,7 +13,8 @@ use rustix::fs::{AtFlags, Mode, OFlags, Stat};
 use super::baseline::Baseline;
 use super::collect::{Collected, FileOut, Staging};
 use super::walk::open_dir;
-use super::{DeliveryError, Summary};
+use super::{DeliveryError, Reason, Refusal, Summary};
+use crate::hostrun::{Kind, Protection};
 
 /// What a publish will do, and its summary.
 #[derive(Debug, Default)]
@@ -120,6 +121,76 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
 }
 
 impl Changes {
+    /// Withholds every change to a file the host runs (`crate::hostrun`): a new or changed
+    /// protected file is not published, a protected directory not created, and a protected
+    /// file or directory the worker deleted in its copy stays on the host; each is named in
+    /// the summary's refusals. A git directory counts as `.git` whatever it is called (what
+    /// git itself looks for: `HEAD` and `objects` or `commondir`), so a repository renamed in
+    /// the copy, or a bare one, keeps its hooks and config protected.
+    pub fn withhold_hostrun(&mut self, collected: &Collected, protection: &Protection) {
+        if protection.entries().is_empty() {
+            return;
+        }
+        let base = &self.baseline;
+        let is_git = |d: &[String]| {
+            let with = |n: &str| d.iter().cloned().chain([n.to_string()]).collect::<Vec<_>>();
+            let file = |n: &str| collected.files.contains_key(&with(n)) || base.files.contains_key(&with(n));
+            let dir = |n: &str| collected.dirs.contains(&with(n)) || base.dirs.contains(&with(n));
+            file("HEAD") && (dir("objects") || file("commondir"))
+        };
+        // The entry that covers `path` (a directory when `dir`), judging git directories on
+        // the way as `.git`.
+        let entry = |path: &[String], dir: bool| -> Option<String> {
+            let mut judged = std::path::PathBuf::new();
+            if is_git(&[]) {
+                judged.push(".git");
+            }
+            for (i, c) in path.iter().enumerate() {
+                let last = i + 1 == path.len();
+                judged.push(if !last && is_git(&path[..=i]) { ".git" } else { c.as_str() });
+            }
+            protection.matches(&judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
+        };
+        let show = |p: &[String]| p.join("/");
+        let mut refused = Vec::new();
+        let mut withheld: Vec<String> = Vec::new();
+        self.writes.retain(|(path, _)| match entry(path, false) {
+            Some(entry) => {
+                withheld.push(show(path));
+                refused.push(Refusal { path: show(path), reason: Reason::Protected { entry } });
+                false
+            }
+            None => true,
+        });
+        self.mkdirs.retain(|path| match entry(path, true) {
+            Some(entry) => {
+                refused.push(Refusal { path: format!("{}/", show(path)), reason: Reason::Protected { entry } });
+                false
+            }
+            None => true,
+        });
+        self.deletes.retain(|path| match entry(path, false) {
+            Some(entry) => {
+                withheld.push(show(path));
+                refused.push(Refusal { path: show(path), reason: Reason::ProtectedDelete { entry } });
+                false
+            }
+            None => true,
+        });
+        self.rmdirs.retain(|path| match entry(path, true) {
+            Some(entry) => {
+                refused.push(Refusal { path: format!("{}/", show(path)), reason: Reason::ProtectedDelete { entry } });
+                false
+            }
+            None => true,
+        });
+        let s = &mut self.summary;
+        for list in [&mut s.added, &mut s.changed, &mut s.deleted, &mut s.bits_dropped] {
+            list.retain(|p| !withheld.contains(p));
+        }
+        s.refused.extend(refused);
+    }
+
     /// Writes the accepted changes beneath `zone`. A file whose host entry changed since the
     /// diff is left alone and reported as a conflict.
     pub fn publish(&mut self, zone: impl AsFd, staging: &Staging) -> Result<(), DeliveryError> {

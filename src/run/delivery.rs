@@ -24,6 +24,8 @@ pub(super) struct Delivery {
     writable: bool,
     /// The zone's writes or deletes are not pre-approved: a person says yes first.
     ask: bool,
+    /// The files the host runs in this zone: never published (`crate::hostrun`).
+    protection: crate::hostrun::Protection,
 }
 
 /// How the results are shown and approved.
@@ -46,7 +48,7 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         mount.held = Some(Held::dup(copy.root()).map_err(|e| crate::delivery::DeliveryError::io("hold the private copy", &c.zone)(e))?);
         mount.source = copy.path().to_path_buf();
         let policy = Policy { suffixes: zone.suffixes.clone(), max_file_bytes: zone.max_file_bytes, ..Policy::default() };
-        out.push(Delivery { zone: c.zone, target: c.target, copy, host, policy, writable: c.writable, ask: !zone.approval.writes_preapproved() });
+        out.push(Delivery { zone: c.zone, target: c.target, copy, host, policy, writable: c.writable, ask: !zone.approval.writes_preapproved(), protection: zone.protection.clone() });
     }
     Ok(out)
 }
@@ -84,6 +86,7 @@ fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
         Err(e) => return failed(e.to_string()),
     };
     let mut changes = publish::diff(&d.zone, &*d.host.0, &d.copy.baseline, &collected);
+    changes.withhold_hostrun(&collected, &d.protection);
     if changes.summary.is_empty() {
         return changes.summary;
     }
