@@ -4,8 +4,12 @@
 //! no difference.
 //!
 //! The body is compiled by `seccompiler`. A small hand-written prefix runs first, for what
-//! seccompiler cannot express: a second errno (`clone3` gets `ENOSYS`) and a check on the
-//! syscall number itself (the x32 ABI).
+//! seccompiler cannot express: a second errno (`clone3` and `openat2` get `ENOSYS`) and a
+//! check on the syscall number itself (the x32 ABI).
+//!
+//! Beyond Docker's profile, no set-uid or set-gid file can be made: a mode with those bits
+//! is refused in `chmod`, `fchmod`, `fchmodat(2)`, and in `open`, `openat`, `creat`, `mknod`
+//! and `mknodat` when they create.
 
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, OnceLock};
@@ -49,6 +53,32 @@ mod program {
     /// console (TIOCLINUX): with `workcell run -t` the worker shares the user's terminal and
     /// could type commands into the user's shell after it exits.
     const TTY_INJECT: [u64; 2] = [0x5412, 0x541C];
+
+    /// S_ISUID and S_ISGID: a file with either runs as its owner (or group) for whoever
+    /// executes it. A worker that could leave one in a zone, owned by its uid, would lend that
+    /// uid to any other local user who runs it.
+    const SET_ID: [u64; 2] = [0o4000, 0o2000];
+
+    /// `fchmodat2` (Linux 6.6): the same number on every architecture; not in every `libc`.
+    const SYS_FCHMODAT2: i64 = 452;
+
+    /// The `open` flags with which a call creates a file, and so uses its mode: O_CREAT and
+    /// O_TMPFILE's own bit (O_TMPFILE includes O_DIRECTORY, which a plain open also uses).
+    fn creating() -> [u64; 2] {
+        [libc::O_CREAT as u64, (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64]
+    }
+
+    /// Calls that set a mode, by (number, mode argument, flags argument when the mode only
+    /// counts with a creating flag). `chmod`, `open`, `creat` and `mknod` exist on x86_64 only;
+    /// aarch64 has only the `*at` forms.
+    fn mode_setters() -> Vec<(i64, u8, Option<u8>)> {
+        use libc::*;
+        #[allow(unused_mut)]
+        let mut calls = vec![(SYS_fchmod, 1, None), (SYS_fchmodat, 2, None), (SYS_FCHMODAT2, 2, None), (SYS_openat, 3, Some(2)), (SYS_mknodat, 2, None)];
+        #[cfg(target_arch = "x86_64")]
+        calls.extend([(SYS_chmod, 1, None), (SYS_open, 2, Some(1)), (SYS_creat, 1, None), (SYS_mknod, 1, None)]);
+        calls
+    }
 
     /// Calls refused outright with EPERM, by group.
     fn refused() -> Vec<i64> {
@@ -122,6 +152,24 @@ mod program {
         rules.insert(libc::SYS_clone, clone.collect::<Result<_, _>>()?);
         let ioctl = TTY_INJECT.iter().map(|&req| SeccompRule::new(vec![arg32(1, Op::Eq, req)?]).map_err(compile));
         rules.insert(libc::SYS_ioctl, ioctl.collect::<Result<_, _>>()?);
+        // A mode with S_ISUID or S_ISGID is refused wherever a mode is set: chmod and its
+        // relatives, and the calls that create a file with a mode (only when creating: without
+        // O_CREAT the mode argument is whatever the register held).
+        for (nr, mode, flags) in mode_setters() {
+            let mut alternatives = Vec::new();
+            for bit in SET_ID {
+                match flags {
+                    None => alternatives.push(SeccompRule::new(vec![arg32(mode, Op::MaskedEq(bit), bit)?]).map_err(compile)?),
+                    Some(flags) => {
+                        for create in creating() {
+                            let rule = vec![arg32(flags, Op::MaskedEq(create), create)?, arg32(mode, Op::MaskedEq(bit), bit)?];
+                            alternatives.push(SeccompRule::new(rule).map_err(compile)?);
+                        }
+                    }
+                }
+            }
+            rules.insert(nr, alternatives);
+        }
         let persona = PERSONALITY_ALLOWED.iter().map(|&p| arg32(0, Op::Ne, p)).collect::<Result<_, _>>()?;
         rules.insert(libc::SYS_personality, vec![SeccompRule::new(persona).map_err(compile)?]);
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch).map_err(compile)?;
@@ -140,7 +188,7 @@ mod program {
     /// int 0x80 on x86_64, AArch32 on aarch64: their syscall numbers differ, so the body's list
     /// would not apply), and on x86_64 through the x32 ABI (native arch, numbers with bit 30 set);
     /// answers `clone3` with ENOSYS so glibc falls back to `clone`, whose flags the body can see
-    /// (clone3 passes them in memory), as Docker does.
+    /// (clone3 passes them in memory), as Docker does; and `openat2` the same way, for its mode.
     fn prefix(audit_arch: u32, x32: bool) -> Vec<(u16, u8, u8, u32)> {
         let mut p = vec![
             (LD_W_ABS, 0, 0, 4), // seccomp_data.arch
@@ -152,6 +200,9 @@ mod program {
             p.extend([(JGE_K, 0, 1, 0x4000_0000), (RET_K, 0, 0, RET_KILL_PROCESS)]);
         }
         p.extend([(JEQ_K, 0, 1, libc::SYS_clone3 as u32), (RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32)]);
+        // openat2 passes its mode in memory, where the body cannot see it: ENOSYS, and libc
+        // and programs fall back to openat.
+        p.extend([(JEQ_K, 0, 1, libc::SYS_openat2 as u32), (RET_K, 0, 0, RET_ERRNO | libc::ENOSYS as u32)]);
         p
     }
 
