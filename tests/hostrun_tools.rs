@@ -126,7 +126,9 @@ fn reads_and_the_rest_of_the_repository_stay_usable() {
     let r = service.call("read_file", json!({"path": "/repo/.git/config"})).expect("reading is allowed");
     assert_eq!(r["content"], CONFIG_TEXT);
     service.call("read_file", json!({"path": "/repo/.git/hooks/pre-commit"})).expect("reading a hook is allowed");
-    for path in ["/repo/README.md", "/repo/src/main.rs", "/repo/.git/refs/heads/main", "/repo/.git/description", "/repo/config", "/repo/hooks/x", "/repo/.gitignore"] {
+    for path in
+        ["/repo/README.md", "/repo/src/main.rs", "/repo/.git/refs/heads/main", "/repo/.git/description", "/repo/config", "/repo/hooks/x", "/repo/.gitignore"]
+    {
         service.call("write_file", json!({"path": path, "content": "ok\n"})).unwrap_or_else(|e| panic!("{path}: {e}"));
     }
     service.call("delete_file", json!({"path": "/repo/hooks/x"})).expect("an ordinary file");
@@ -203,7 +205,9 @@ fn a_hard_link_elsewhere_is_replaced_never_written_through() {
     let (tmp, service) = setup();
     let repo = tmp.path().join("repo");
     std::fs::hard_link(repo.join(".git/config"), repo.join("innocent.txt")).expect("link");
-    service.call("edit_file", json!({"path": "/repo/innocent.txt", "old_text": "= 0", "new_text": "= 0\n\tfsmonitor = touch /tmp/x"})).expect("an ordinary name");
+    service
+        .call("edit_file", json!({"path": "/repo/innocent.txt", "old_text": "= 0", "new_text": "= 0\n\tfsmonitor = touch /tmp/x"}))
+        .expect("an ordinary name");
     assert_eq!(std::fs::read_to_string(repo.join(".git/config")).expect("read"), CONFIG_TEXT, "the write replaced the link, not the shared inode");
     assert!(std::fs::read_to_string(repo.join("innocent.txt")).expect("read").contains("fsmonitor"));
 }

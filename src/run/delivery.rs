@@ -48,7 +48,16 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         mount.held = Some(Held::dup(copy.root()).map_err(|e| crate::delivery::DeliveryError::io("hold the private copy", &c.zone)(e))?);
         mount.source = copy.path().to_path_buf();
         let policy = Policy { suffixes: zone.suffixes.clone(), max_file_bytes: zone.max_file_bytes, ..Policy::default() };
-        out.push(Delivery { zone: c.zone, target: c.target, copy, host, policy, writable: c.writable, ask: !zone.approval.writes_preapproved(), protection: zone.protection.clone() });
+        out.push(Delivery {
+            zone: c.zone,
+            target: c.target,
+            copy,
+            host,
+            policy,
+            writable: c.writable,
+            ask: !zone.approval.writes_preapproved(),
+            protection: zone.protection.clone(),
+        });
     }
     Ok(out)
 }

@@ -86,9 +86,10 @@ pub enum SandboxError {
     Protected { path: String },
     /// The path is a file the host runs (`crate::hostrun`): git hooks and config, direnv's
     /// `.envrc`, editor and shell settings. `physical` is where it really is in its zone
-    /// (whatever name was asked), `entry` the protected entry that covers it.
+    /// (whatever name was asked), `entry` the protected entry that covers it, `zone` where a
+    /// person turns it off (`zone NAME`, or `the root: entry`).
     #[error(
-        "Cannot {op} '{path}': it is '{physical}' in zone {zone}, protected by the entry '{entry}'. Files like it are run by the person's own tools on the host, outside the sandbox (git runs hooks and config, direnv runs .envrc, editors run their task files, shells their start-up files), so workers may not write or delete them; reading them is allowed. Only the person can allow it: `unprotect: ['{entry}']` on zone {zone} in workcell.yaml (their choice, not the worker's)."
+        "Cannot {op} '{path}': it is '{physical}' in {zone}, protected by the entry '{entry}'. Files like it are run by the person's own tools on the host, outside the sandbox (git runs hooks and config, direnv runs .envrc, editors run their task files, shells their start-up files), so workers may not write or delete them; reading them is allowed. Only the person can allow it: `unprotect: ['{entry}']` on {zone} in workcell.yaml (their choice, not the worker's)."
     )]
     HostRuns { op: &'static str, path: String, physical: String, entry: String, zone: String },
 }

@@ -63,11 +63,11 @@ pub(super) fn root_identity(dir: &Dir) -> Option<(u64, u64)> {
     identity(dir)
 }
 
-/// True when `dir` is a git directory as git recognises one: `HEAD`, and `objects` or
-/// `commondir` (a linked worktree's). Links are followed, like git does; only existence
-/// is asked, so nothing is read through them.
+/// True when `dir` may be a git directory as git recognises one: `HEAD`, and `objects` or
+/// `commondir` (a linked worktree's). Any entry of those names counts, a link too, dangling
+/// or not: nothing is followed, and a wider answer only protects more.
 fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
-    let exists = |n: &std::ffi::CStr| rustix::fs::statat(dir, n, AtFlags::empty()).is_ok();
+    let exists = |n: &std::ffi::CStr| rustix::fs::statat(dir, n, AtFlags::SYMLINK_NOFOLLOW).is_ok();
     exists(c"HEAD") && (exists(c"objects") || exists(c"commondir"))
 }
 
@@ -151,23 +151,18 @@ impl Sandbox {
 
     /// Refuses writing or deleting `name` in the open directory `dir` of mount `mount`,
     /// with `between` directories still to be created in between, when that is a file the
-    /// host runs. `kind` is what `name` is (or will be).
-    pub(super) fn refuse_hostrun(
-        &self,
-        mount: usize,
-        dir: &Dir,
-        between: &[String],
-        name: &str,
-        kind: Kind,
-        op: &'static str,
-        shown: &str,
-    ) -> Result<(), SandboxError> {
+    /// host runs. `name` is judged as a file (the tool service writes and deletes files only).
+    pub(super) fn refuse_hostrun(&self, mount: usize, dir: &Dir, between: &[String], name: &str, op: &'static str, shown: &str) -> Result<(), SandboxError> {
         let m = &self.mounts()[mount];
         let pinned = &self.hostfiles.pinned;
         if m.protection.entries().is_empty() && pinned.is_empty() {
             return Ok(());
         }
-        let lost = |why: &str| SandboxError::Io { op, path: show(shown), message: format!("workcell cannot tell where it is in its zone ({why}), so it does not change it") };
+        let lost = |why: &str| SandboxError::Io {
+            op,
+            path: show(shown),
+            message: format!("workcell cannot tell where it is in its zone ({why}), so it does not change it"),
+        };
         let Some(root) = self.hostfiles.roots.get(mount).copied().flatten() else { return Err(lost("the zone's directory cannot be read")) };
         let (levels, root_fd) = walk(dir.as_fd(), root).map_err(|e| match e {
             Lost::Moved => lost("a directory on the way was moved meanwhile; try again"),
@@ -179,7 +174,7 @@ impl Sandbox {
             path: show(shown),
             physical: show(&bounded(&physical)),
             entry: show(entry),
-            zone: show(&m.name),
+            zone: if m.mount_point == "/" { "the root: entry".to_string() } else { format!("zone {}", show(&m.name)) },
         };
         // Every name as it is on disk, and as it is judged (git directories as `.git`).
         // A zone that is a repository's `.git`, or a bare repository.
@@ -212,7 +207,7 @@ impl Sandbox {
             judged.push(b);
         }
         judged.push(name);
-        if let Some(entry) = m.protection.matches(&judged, kind) {
+        if let Some(entry) = m.protection.matches(&judged, Kind::Other) {
             let mut tail: Vec<&str> = between.iter().map(String::as_str).collect();
             tail.push(name);
             return Err(refuse(entry, shown_physical(&tail)));
@@ -232,7 +227,7 @@ impl Sandbox {
             existing += 1;
         }
         let base = area.dir.open_dir(super::io::rel_path(&parent[..existing])).map_err(|e| self.io_error(op, shown, &e))?;
-        self.refuse_hostrun(vp.mount, &base, &parent[existing..], name, Kind::Other, op, shown)
+        self.refuse_hostrun(vp.mount, &base, &parent[existing..], name, op, shown)
     }
 
     /// Refuses a write to `path` that would land on a file the host runs (see
