@@ -28,11 +28,13 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::error::show;
 use super::path::VirtualPath;
-use super::{Area, Sandbox, SandboxError};
+use super::{Area, PathList, Sandbox, SandboxError};
 use crate::hostrun::Kind;
 
 /// Deepest directory chain walked before giving up (a zone deeper than this is refused).
 const MAX_DEPTH: usize = 4096;
+/// Walks retried when a directory on the way was renamed meanwhile.
+const WALK_ATTEMPTS: usize = 16;
 
 /// What the sandbox knows to judge a physical position: each mount's root identity (by
 /// mount index) and the identities pinned at launch with the entry that protects each.
@@ -164,11 +166,29 @@ impl Sandbox {
             message: format!("workcell cannot tell where it is in its zone ({why}), so it does not change it"),
         };
         let Some(root) = self.hostfiles.roots.get(mount).copied().flatten() else { return Err(lost("the zone's directory cannot be read")) };
-        let (levels, root_fd) = walk(dir.as_fd(), root).map_err(|e| match e {
-            Lost::Moved => lost("a directory on the way was moved meanwhile; try again"),
-            Lost::NotInZone => lost("it is no longer inside the zone"),
-            Lost::Io(e) => lost(&e.to_string()),
-        })?;
+        // A directory renamed during the walk loses its name for a moment: walked again, a
+        // few times, before the caller is told to try again.
+        let mut attempt = 0;
+        let (levels, root_fd) = loop {
+            match walk(dir.as_fd(), root) {
+                Ok(found) => break found,
+                Err(Lost::Moved) if attempt < WALK_ATTEMPTS => attempt += 1,
+                Err(Lost::Moved) => {
+                    return Err(SandboxError::NotFound {
+                        path: show(shown),
+                        hint: " A directory on its way was moved while workcell checked where it is; try again.".into(),
+                    })
+                }
+                Err(Lost::NotInZone) => {
+                    return Err(SandboxError::OutsideSandbox {
+                        path: show(shown),
+                        detail: " (its directory was moved out of its zone)".into(),
+                        readable: PathList(self.readable_roots()),
+                    })
+                }
+                Err(Lost::Io(e)) => return Err(lost(&e.to_string())),
+            }
+        };
         let refuse = |entry: &str, physical: String| SandboxError::HostRuns {
             op,
             path: show(shown),
