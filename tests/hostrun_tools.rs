@@ -103,6 +103,10 @@ fn protected_paths_are_refused_at_any_depth() {
         ("/repo/new/.git/config", ".git/config"),
         ("/repo/home/.bashrc", ".bashrc"),
         ("/repo/sub/.git2/x/.git", ".git"),
+        // A case-insensitive file system (macOS) takes these for `.git/config`, `.vscode`.
+        ("/repo/.git/CONFIG", ".git/config"),
+        ("/repo/.Git/Hooks/pre-commit", ".git/hooks"),
+        ("/repo/.VSCode/tasks.json", ".vscode"),
     ] {
         assert_refused(&service, &repo, "write_file", json!({"path": path, "content": "[core]\n\tfsmonitor = touch /tmp/pwned\n"}), entry);
     }
@@ -192,12 +196,26 @@ fn paths_pinned_at_launch_are_refused_wherever_they_move() {
     std::fs::write(repo.join(".config/git/config"), CONFIG_TEXT).expect("write");
     let project = Arc::new(Project::from_text(CONFIG, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
     // What a run pins: the identity of a protected path bound read-only at launch.
-    let meta = std::fs::metadata(repo.join(".config/git")).expect("meta");
-    let sandbox = project.sandbox.clone().pinning([((meta.dev(), meta.ino()), ".config/git".to_string())]);
+    let id = |p: &str| {
+        let meta = std::fs::metadata(repo.join(p)).expect("meta");
+        (meta.dev(), meta.ino())
+    };
+    let sandbox = project.sandbox.clone().pinning([
+        (id(".config/git"), ".config/git".to_string()),
+        (id(".git/config"), ".git/config".to_string()),
+        (id(".git/hooks"), ".git/hooks".to_string()),
+    ]);
     let service = service_for(&project, sandbox);
     std::fs::rename(repo.join(".config"), repo.join("c")).expect("rename");
     assert_refused(&service, &repo, "write_file", json!({"path": "/repo/c/git/config", "content": "x"}), ".config/git");
     assert_refused(&service, &repo, "delete_file", json!({"path": "/repo/c/git/config"}), ".config/git");
+    // `.git` renamed, and made not to look like a git directory (its `HEAD` and `objects`
+    // moved aside), to be put back after the write: the pinned identities still hold.
+    std::fs::rename(repo.join(".git"), repo.join("plain")).expect("rename");
+    std::fs::rename(repo.join("plain/HEAD"), repo.join("plain/H")).expect("rename");
+    std::fs::rename(repo.join("plain/objects"), repo.join("plain/o")).expect("rename");
+    assert_refused(&service, &repo, "write_file", json!({"path": "/repo/plain/config", "content": "x"}), ".git/config");
+    assert_refused(&service, &repo, "write_file", json!({"path": "/repo/plain/hooks/pre-commit", "content": "x"}), ".git/hooks");
 }
 
 #[test]
@@ -224,4 +242,51 @@ fn unprotected_entries_are_allowed() {
     let service = service_for(&project, sandbox);
     service.call("write_file", json!({"path": "/repo/.envrc", "content": "export B=2\n"})).expect("turned off for this zone");
     assert_refused(&service, &repo, "write_file", json!({"path": "/repo/.git/config", "content": "x"}), ".git/config");
+}
+
+/// Attack: while the tool service writes, another thread keeps exchanging `.git` with an
+/// ordinary directory `plain` (one atomic rename(2) each time), so a check that judged a name
+/// could be answered for one directory and the write land in the other. Whatever the
+/// interleaving, the git directory's config and hooks never change.
+#[test]
+fn exchanging_git_with_a_plain_directory_during_writes_plants_nothing() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (tmp, service) = setup();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(repo.join("plain")).expect("mkdir");
+    let git_id = std::fs::metadata(repo.join(".git")).expect("meta").ino();
+    let hooks_before = snapshot(&repo.join(".git/hooks"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let flipper = {
+        let (stop, swaps) = (stop.clone(), swaps.clone());
+        let (a, b) = (repo.join(".git"), repo.join("plain"));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                rustix::fs::renameat_with(rustix::fs::CWD, &a, rustix::fs::CWD, &b, rustix::fs::RenameFlags::EXCHANGE).expect("exchange");
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    let (mut ok, mut refused) = (0, 0);
+    let started = std::time::Instant::now();
+    for i in 0..3000 {
+        if started.elapsed() > std::time::Duration::from_secs(8) {
+            break;
+        }
+        for path in ["/repo/plain/config", "/repo/.git/config", "/repo/plain/hooks/pre-commit", "/repo/.git/hooks/pre-commit"] {
+            match service.write_file(path, &format!("planted {i}\n")) {
+                Ok(_) => ok += 1,
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    flipper.join().expect("flipper");
+    let git = if std::fs::metadata(repo.join(".git")).expect("meta").ino() == git_id { repo.join(".git") } else { repo.join("plain") };
+    eprintln!("{} swaps; writes ok {ok}, refused {refused}", swaps.load(Ordering::Relaxed));
+    assert_eq!(std::fs::read_to_string(git.join("config")).expect("config"), CONFIG_TEXT, "the git directory's config changed");
+    assert_eq!(snapshot(&git.join("hooks")), hooks_before, "a hook landed in the git directory");
+    assert!(swaps.load(Ordering::Relaxed) > 100, "the flipper barely ran");
+    assert!(ok > 0 && refused > 0, "both outcomes happened: ok {ok}, refused {refused}");
 }

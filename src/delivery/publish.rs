@@ -126,7 +126,8 @@ impl Changes {
     /// file or directory the worker deleted in its copy stays on the host; each is named in
     /// the summary's refusals. A git directory counts as `.git` whatever it is called (what
     /// git itself looks for: `HEAD` and `objects` or `commondir`), so a repository renamed in
-    /// the copy, or a bare one, keeps its hooks and config protected.
+    /// the copy, or a bare one, keeps its hooks and config protected; names are also judged
+    /// in lower case (`.Git/CONFIG` is `.git/config` on a case-insensitive file system).
     pub fn withhold_hostrun(&mut self, collected: &Collected, protection: &Protection) {
         if protection.entries().is_empty() {
             return;
@@ -149,7 +150,7 @@ impl Changes {
                 let last = i + 1 == path.len();
                 judged.push(if !last && is_git(&path[..=i]) { ".git" } else { c.as_str() });
             }
-            protection.matches(&judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
+            crate::sandbox::matches_any_case(protection, &judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
         };
         let show = |p: &[String]| p.join("/");
         let mut refused = Vec::new();

@@ -16,6 +16,7 @@ mod expand;
 mod grant;
 pub mod hostdir;
 mod hostfiles;
+pub(crate) use hostfiles::matches_any_case;
 mod io;
 mod links;
 pub(crate) mod mounted;
