@@ -154,6 +154,11 @@ fn other_names_for_a_protected_path_are_refused_too() {
     // The refusal names where the file really is.
     let err = service.call("write_file", json!({"path": "/repo/h/post-checkout", "content": "x"})).expect_err("refused");
     assert!(err.to_string().contains("it is '.git/hooks/post-checkout' in zone repo"), "{err}");
+    // A link to the config file itself: the write replaces the link, never writes through it.
+    std::os::unix::fs::symlink(".git/config", repo.join("cfg")).expect("symlink");
+    service.call("edit_file", json!({"path": "/repo/cfg", "old_text": "= 0", "new_text": "= 0\n\tfsmonitor = x"})).expect("the link's own name");
+    assert_eq!(std::fs::read_to_string(repo.join(".git/config")).expect("read"), CONFIG_TEXT);
+    assert!(std::fs::symlink_metadata(repo.join("cfg")).expect("meta").is_file(), "the link was replaced by a file");
     // Removing the link itself is fine: it is not the hooks directory.
     service.call("delete_file", json!({"path": "/repo/h"})).expect("a link is deleted itself");
     assert!(repo.join(".git/hooks/pre-commit").exists());
@@ -289,4 +294,21 @@ fn exchanging_git_with_a_plain_directory_during_writes_plants_nothing() {
     assert_eq!(snapshot(&git.join("hooks")), hooks_before, "a hook landed in the git directory");
     assert!(swaps.load(Ordering::Relaxed) > 100, "the flipper barely ran");
     assert!(ok > 0 && refused > 0, "both outcomes happened: ok {ok}, refused {refused}");
+}
+
+/// A directory granted during the session (`request_access`) is protected like a zone.
+#[test]
+fn a_granted_directory_is_protected_too() {
+    let (tmp, _) = setup();
+    let yaml = "sandbox:\n  dynamic: true\n  zones:\n    repo: {path: ./repo, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(other.join(".git/hooks")).expect("mkdir");
+    std::fs::write(other.join(".git/config"), CONFIG_TEXT).expect("write");
+    let project = Arc::new(Project::from_text(yaml, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project"));
+    let service = service_for(&project, project.sandbox.clone());
+    let granted = service.call("request_access", json!({"path": other.to_str().expect("utf8"), "mode": "rw"})).expect("approved");
+    let zone = granted["granted"].as_str().expect("zone").to_string();
+    assert_refused(&service, &other, "write_file", json!({"path": format!("{zone}/.git/config"), "content": "x"}), ".git/config");
+    assert_refused(&service, &other, "write_file", json!({"path": format!("{zone}/.envrc"), "content": "x"}), ".envrc");
+    service.call("write_file", json!({"path": format!("{zone}/ok.txt"), "content": "ok"})).expect("an ordinary file");
 }
