@@ -89,8 +89,16 @@ enum Lost {
     Io(rustix::io::Errno),
 }
 
-/// The name under which `id` is an entry of `parent`.
-fn name_in(parent: BorrowedFd<'_>, id: (u64, u64)) -> Result<OsString, Lost> {
+/// The name under which `id` is an entry of `parent`: `hint` (the name the request used,
+/// usually right) when it is, else found among all of `parent`'s entries.
+fn name_in(parent: BorrowedFd<'_>, id: (u64, u64), hint: Option<&str>) -> Result<OsString, Lost> {
+    if let Some(h) = hint {
+        if let Ok(st) = rustix::fs::statat(parent, h, AtFlags::SYMLINK_NOFOLLOW) {
+            if (st.st_dev, st.st_ino) == id {
+                return Ok(OsString::from(h));
+            }
+        }
+    }
     let fd = rustix::fs::openat(parent, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(Lost::Io)?;
     let mut names = Vec::new();
     let mut entries = rustix::fs::Dir::read_from(&fd).map_err(Lost::Io)?;
@@ -119,8 +127,9 @@ fn name_in(parent: BorrowedFd<'_>, id: (u64, u64)) -> Result<OsString, Lost> {
 }
 
 /// The directories from just below the zone's root (`root`) down to `dir`, and a handle of
-/// the root as the walk met it.
-fn walk(dir: BorrowedFd<'_>, root: (u64, u64)) -> Result<(Vec<Level>, OwnedFd), Lost> {
+/// the root as the walk met it. `hints` are the names the request used on the way to `dir`,
+/// from the root: tried first, never trusted.
+fn walk(dir: BorrowedFd<'_>, root: (u64, u64), hints: &[String]) -> Result<(Vec<Level>, OwnedFd), Lost> {
     let mut levels = Vec::new();
     let mut cur: OwnedFd = dir.try_clone_to_owned().map_err(|e| Lost::Io(rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO)))?;
     for _ in 0..MAX_DEPTH {
@@ -133,7 +142,8 @@ fn walk(dir: BorrowedFd<'_>, root: (u64, u64)) -> Result<(Vec<Level>, OwnedFd), 
         if identity(&parent) == Some(id) {
             return Err(Lost::NotInZone);
         }
-        let name = name_in(parent.as_fd(), id)?;
+        let hint = hints.len().checked_sub(levels.len() + 1).map(|i| hints[i].as_str());
+        let name = name_in(parent.as_fd(), id, hint)?;
         levels.push(Level { name, id, git: is_git_dir(cur.as_fd()) });
         cur = parent;
     }
@@ -151,11 +161,15 @@ impl Sandbox {
         self
     }
 
-    /// Refuses writing or deleting `name` in the open directory `dir` of mount `mount`,
-    /// with `between` directories still to be created in between, when that is a file the
-    /// host runs. `name` is judged as a file (the tool service writes and deletes files only).
-    pub(super) fn refuse_hostrun(&self, mount: usize, dir: &Dir, between: &[String], name: &str, op: &'static str, shown: &str) -> Result<(), SandboxError> {
-        let m = &self.mounts()[mount];
+    /// Refuses writing or deleting `vp` when it is a file the host runs: `dir` is the open
+    /// directory the first `depth` components of `vp` led to; the components after those,
+    /// up to the last, are directories still to be created. The last is judged as a file (the
+    /// tool service writes and deletes files only).
+    pub(super) fn refuse_hostrun(&self, vp: &VirtualPath, dir: &Dir, depth: usize, op: &'static str, shown: &str) -> Result<(), SandboxError> {
+        let Some((name, parent)) = vp.rel.split_last() else { return Ok(()) };
+        let between = parent.get(depth..).unwrap_or_default();
+        let name = name.as_str();
+        let m = &self.mounts()[vp.mount];
         let pinned = &self.hostfiles.pinned;
         if m.protection.entries().is_empty() && pinned.is_empty() {
             return Ok(());
@@ -165,12 +179,12 @@ impl Sandbox {
             path: show(shown),
             message: format!("workcell cannot tell where it is in its zone ({why}), so it does not change it"),
         };
-        let Some(root) = self.hostfiles.roots.get(mount).copied().flatten() else { return Err(lost("the zone's directory cannot be read")) };
+        let Some(root) = self.hostfiles.roots.get(vp.mount).copied().flatten() else { return Err(lost("the zone's directory cannot be read")) };
         // A directory renamed during the walk loses its name for a moment: walked again, a
         // few times, before the caller is told to try again.
         let mut attempt = 0;
         let (levels, root_fd) = loop {
-            match walk(dir.as_fd(), root) {
+            match walk(dir.as_fd(), root, &vp.rel[..depth]) {
                 Ok(found) => break found,
                 Err(Lost::Moved) if attempt < WALK_ATTEMPTS => attempt += 1,
                 Err(Lost::Moved) => {
@@ -241,13 +255,13 @@ impl Sandbox {
     /// asked and before any directory is created.
     pub(super) fn refuse_hostrun_path(&self, area: &Area, vp: &VirtualPath, op: &'static str, shown: &str) -> Result<(), SandboxError> {
         let inner = &vp.rel[area.key.prefix.len()..];
-        let Some((name, parent)) = inner.split_last() else { return Ok(()) };
+        let Some((_, parent)) = inner.split_last() else { return Ok(()) };
         let mut existing = 0;
         while existing < parent.len() && area.dir.open_dir(super::io::rel_path(&parent[..=existing])).is_ok() {
             existing += 1;
         }
         let base = area.dir.open_dir(super::io::rel_path(&parent[..existing])).map_err(|e| self.io_error(op, shown, &e))?;
-        self.refuse_hostrun(vp.mount, &base, &parent[existing..], name, op, shown)
+        self.refuse_hostrun(vp, &base, area.key.prefix.len() + existing, op, shown)
     }
 
     /// Refuses a write to `path` that would land on a file the host runs (see

@@ -222,7 +222,7 @@ impl Sandbox {
                 let base = area.dir.open_dir(rel_path(&parent[..existing])).map_err(|e| self.io_error(op, shown, &e))?;
                 self.refuse_control(&base, &parent[existing], shown)?;
                 // Nor a directory on the way to a file the host runs (`.vscode/`, `sub/.git/`).
-                self.refuse_hostrun(vp.mount, &base, &parent[existing..], name, op, shown)?;
+                self.refuse_hostrun(vp, &base, area.key.prefix.len() + existing, op, shown)?;
             }
             if let Err(e) = area.dir.create_dir_all(&parent_rel) {
                 // "Already exists" means something that is not a directory beneath the
@@ -258,7 +258,7 @@ impl Sandbox {
             }
         }
         // Judged on the directory actually opened, wherever it really is in the zone.
-        self.refuse_hostrun(vp.mount, &dir, &[], &name, "write", path)?;
+        self.refuse_hostrun(&vp, &dir, vp.rel.len() - 1, "write", path)?;
         write_atomic(&dir, &name, content.as_bytes()).map_err(|e| self.io_error("write", path, &e))
     }
 
@@ -304,7 +304,7 @@ impl Sandbox {
         if meta.is_dir() {
             return Err(SandboxError::WrongKind { op: "delete", path: show(path), found: "directory", expected: "file" });
         }
-        self.refuse_hostrun(vp.mount, &dir, &[], &name, "delete", path)?;
+        self.refuse_hostrun(&vp, &dir, vp.rel.len() - 1, "delete", path)?;
         Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
     }
 
