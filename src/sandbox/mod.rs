@@ -189,6 +189,9 @@ pub struct Sandbox {
     protected: Arc<protect::Protected>,
     /// Granted directories that do not exist yet, created at launch (see `grant`).
     pending: Vec<grant::Pending>,
+    /// The project's files the host runs (defaults plus `sandbox.protect`): what a mount
+    /// added later (`--zone`, `request_access`) is given; never narrowed by a worker.
+    hostrun: Arc<crate::hostrun::Protection>,
 }
 
 impl Sandbox {
@@ -212,7 +215,7 @@ impl Sandbox {
             }
             readable.push(area);
         }
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new() })
+        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new(), hostrun: Arc::default() })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
@@ -225,7 +228,19 @@ impl Sandbox {
             network: self.network.clone(),
             protected: self.protected.clone(),
             pending: Vec::new(),
+            hostrun: self.hostrun.clone(),
         }
+    }
+
+    /// This sandbox with `p` as the project's protected entries, for mounts added later.
+    pub fn with_host_protection(mut self, p: crate::hostrun::Protection) -> Sandbox {
+        self.hostrun = Arc::new(p);
+        self
+    }
+
+    /// The project's protected entries (see [`Sandbox::with_host_protection`]).
+    pub fn host_protection(&self) -> &crate::hostrun::Protection {
+        &self.hostrun
     }
 
     /// The mounts this sandbox was built from (including ones it can no longer see).
