@@ -195,17 +195,7 @@ impl MountBuilder<'_> {
         let mut seen = HashSet::new();
         let suffixes = suffixes.map(|s| s.iter().map(|x| normalise_suffix(x)).filter(|x| seen.insert(x.clone())).collect());
         self.spans.push(host_loc);
-        self.mounts.push(Mount {
-            name: name.value.clone(),
-            host_path,
-            mount_point,
-            mode,
-            suffixes,
-            max_file_bytes,
-            approval,
-            delivery,
-            protection,
-        });
+        self.mounts.push(Mount { name: name.value.clone(), host_path, mount_point, mode, suffixes, max_file_bytes, approval, delivery, protection });
         Ok(())
     }
 

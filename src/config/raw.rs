@@ -92,8 +92,8 @@ pub struct RawZone {
     pub max_file_bytes: Option<Spanned<String>>,
     /// `bind` (default) or `copy`.
     pub delivery: Option<Delivery>,
-    /// Default protected entries to turn off for this zone only (see `sandbox.protect`), e.g.
-    /// `[.vscode]`; each must be an entry in force.
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
     #[schemars(with = "Option<Vec<String>>")]
     pub unprotect: Option<Vec<Spanned<String>>>,
 }
@@ -114,8 +114,8 @@ pub struct RawPathEntry {
     pub read_approval: Option<bool>,
     /// `true` → writes and deletes ask (default); `false` → pre-approved.
     pub write_approval: Option<bool>,
-    /// Default protected entries to turn off for this zone only (see `sandbox.protect`), e.g.
-    /// `[.vscode]`; each must be an entry in force.
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
     #[schemars(with = "Option<Vec<String>>")]
     pub unprotect: Option<Vec<Spanned<String>>>,
 }
@@ -132,8 +132,8 @@ pub struct RawRoot {
     #[schemars(with = "Option<SizeSchema>")]
     pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
-    /// Default protected entries to turn off for this zone only (see `sandbox.protect`), e.g.
-    /// `[.vscode]`; each must be an entry in force.
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
     #[schemars(with = "Option<Vec<String>>")]
     pub unprotect: Option<Vec<Spanned<String>>>,
 }
@@ -193,8 +193,8 @@ pub struct RawMount {
     pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
     pub delivery: Option<Delivery>,
-    /// Default protected entries to turn off for this zone only (see `sandbox.protect`), e.g.
-    /// `[.vscode]`; each must be an entry in force.
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
     #[schemars(with = "Option<Vec<String>>")]
     pub unprotect: Option<Vec<Spanned<String>>>,
 }

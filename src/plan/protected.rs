@@ -56,7 +56,11 @@ pub enum ProtectError {
 /// The protected areas of the writable, bind-delivered mounts of `zones`, and the mounts
 /// that keep their existing protected paths read-only. `other` are the mounts already
 /// bound over the zones (the control files), whose insides are not walked.
-pub(super) fn protected_areas(sandbox: &Sandbox, zones: &[(PlanMount, String)], other: &[Pinned]) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
+pub(super) fn protected_areas(
+    sandbox: &Sandbox,
+    zones: &[(PlanMount, String)],
+    other: &[Pinned],
+) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
     let mut areas = Vec::new();
     let mut binds = Vec::new();
     let mut budget = Budget::default();
@@ -141,7 +145,9 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
             let path = rel.join(name);
             let kind = match e.file_type() {
                 FileType::Directory => FileType::Directory,
-                FileType::Unknown => rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| FileType::from_raw_mode(st.st_mode)).unwrap_or(FileType::Unknown),
+                FileType::Unknown => {
+                    rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| FileType::from_raw_mode(st.st_mode)).unwrap_or(FileType::Unknown)
+                }
                 other => other,
             };
             let is_dir = kind == FileType::Directory;
@@ -183,7 +189,7 @@ fn check_links(p: &Pinned, rel: &Path) -> Result<(), ProtectError> {
     let Some(held) = &p.bind.held else { return Ok(()) };
     let st = rustix::fs::fstat(&*held.0).map_err(|e| ProtectError::Unreadable(shown(rel), e.to_string()))?;
     match FileType::from_raw_mode(st.st_mode) {
-        FileType::RegularFile if st.st_nlink > 1 => Err(ProtectError::HardLinked(shown(rel), st.st_nlink as u64)),
+        FileType::RegularFile if st.st_nlink > 1 => Err(ProtectError::HardLinked(shown(rel), links(st.st_nlink))),
         FileType::Directory => {
             let dir = open_dir(&held.0, Path::new(".")).map_err(|e| ProtectError::Unreadable(shown(rel), e.to_string()))?;
             let mut stack = vec![(dir, rel.to_path_buf())];
@@ -205,7 +211,7 @@ fn check_links(p: &Pinned, rel: &Path) -> Result<(), ProtectError> {
                     let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
                     let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
                     match FileType::from_raw_mode(st.st_mode) {
-                        FileType::RegularFile if st.st_nlink > 1 => return Err(ProtectError::HardLinked(shown(&at.join(name)), st.st_nlink as u64)),
+                        FileType::RegularFile if st.st_nlink > 1 => return Err(ProtectError::HardLinked(shown(&at.join(name)), links(st.st_nlink))),
                         FileType::Directory => {
                             if let Ok(child) = open_dir(&fd, Path::new(name)) {
                                 stack.push((child, at.join(name)));
@@ -219,4 +225,10 @@ fn check_links(p: &Pinned, rel: &Path) -> Result<(), ProtectError> {
         }
         _ => Ok(()),
     }
+}
+
+/// A link count as `u64` (`nlink_t` is narrower on some architectures).
+#[allow(clippy::unnecessary_cast)]
+fn links(n: libc::nlink_t) -> u64 {
+    n as u64
 }

@@ -215,7 +215,16 @@ impl Sandbox {
             }
             readable.push(area);
         }
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new(), hostrun: Arc::default() })
+        Ok(Sandbox {
+            mounts: Arc::new(mounts),
+            addressing,
+            readable,
+            writable,
+            network,
+            protected: Arc::default(),
+            pending: Vec::new(),
+            hostrun: Arc::default(),
+        })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
