@@ -163,8 +163,12 @@ mod body {
         let sub = p.repo("data/sub");
         p.write("data/.vscode/tasks.json", "{\"version\": \"2.0.0\"}\n");
         p.write("home/.bashrc", "# the person's\n");
+        // A linked worktree: its `.git` file and its `commondir` decide which repository
+        // (and config) git uses there.
+        git_ok(&repo, &["worktree", "add", "-q", "-b", "wt", &p.dir.join("data/wt").display().to_string()]);
+        let wt = p.dir.join("data/wt");
         let marker = p.dir.parent().expect("parent").join("MARKER");
-        let keep = ["data/.git/config", "data/sub/.git/config", "data/.vscode/tasks.json", "home/.bashrc"];
+        let keep = ["data/.git/config", "data/sub/.git/config", "data/.vscode/tasks.json", "home/.bashrc", "data/.git/worktrees/wt/commondir", "data/wt/.git"];
         let before: Vec<Vec<u8>> = keep.iter().map(|f| p.read(f)).collect();
         let hooks_before = std::fs::read_dir(repo.join(".git/hooks")).expect("hooks").count();
         let script = [
@@ -176,6 +180,12 @@ mod body {
             attempt("bashrc", "echo 'touch /tmp/x' >> /home/.bashrc"),
             attempt("mv-bashrc", "mv /home/.bashrc /home/bashrc.away"),
             attempt("mv-sub", "mv /data/sub /data/sub.away"),
+            // An evil common directory for the worktree, then the pointers aimed at it.
+            "cp -r /data/.git /data/evil 2>/dev/null; printf '[core]\\n\\tfsmonitor = touch MARK\\n' >> /data/evil/config; "
+                .replace("MARK", &marker.display().to_string()),
+            attempt("commondir", "echo /data/evil > /data/.git/worktrees/wt/commondir"),
+            attempt("gitfile", "echo 'gitdir: /data/evil' > /data/wt/.git"),
+            attempt("mv-gitfile", "mv /data/wt/.git /data/wt/git.away"),
             // The worker's own work: objects, refs, index and HEAD stay writable.
             "cd /data && echo worker > w.txt && git add w.txt && git -c user.name=w -c user.email=w@x commit -q -m from-worker && echo COMMITTED; ".into(),
             "git checkout -q -b worker-branch && echo BRANCHED; git checkout -q main; ".into(),
@@ -194,6 +204,8 @@ mod body {
         assert!(!p.dir.join("data/.vscode/settings.json").exists());
         host_git_runs_nothing(&repo, &marker);
         host_git_runs_nothing(&sub, &marker);
+        git_ok(&wt, &["status", "--short"]);
+        assert!(!marker.exists(), "the person's git ran the worker's code in the worktree");
         assert!(git_ok(&repo, &["log", "--format=%s", "main"]).lines().any(|l| l == "from-worker"), "the worker's commit is missing");
         assert!(git_ok(&repo, &["branch", "--list", "worker-branch"]).contains("worker-branch"));
     }
