@@ -380,3 +380,29 @@ fn ad_hoc_zones_keep_the_projects_protection() {
     assert_eq!(text.trim(), "WROTE:other");
     assert_eq!(p.read("extra/Makefile"), b"all:\n");
 }
+
+/// A git directory with another name, named by a `.git` file (`git init --separate-git-dir`
+/// inside the zone): its config and hooks are bound read-only too.
+#[test]
+fn separate_git_dir_named_by_a_pointer_is_protected() {
+    let p = Proj::new(&format!("sandbox:\n  zones:\n    data: {{mode: rw, {PREAPPROVED}}}\n"));
+    let work = p.dir.join("data/work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    std::fs::create_dir_all(p.dir.join("data/store")).expect("mkdir");
+    support::give_to_worker(&p.dir);
+    git_ok(&work, &["init", "-q", "--separate-git-dir", &p.dir.join("data/store/repo-meta").display().to_string()]);
+    let plan = p.plan().expect("plan");
+    let bound: Vec<&str> = plan.protected[0].bound.iter().map(|b| b.path.as_str()).collect();
+    for b in ["work/.git", "store/repo-meta/config", "store/repo-meta/hooks"] {
+        assert!(bound.contains(&b), "{b} not bound: {bound:?}");
+    }
+    if support::backend_ready("bwrap") {
+        let script = [
+            attempt("config", "echo '[core] fsmonitor = x' >> /data/store/repo-meta/config"),
+            attempt("hook", "echo x > /data/store/repo-meta/hooks/pre-commit"),
+        ]
+        .concat();
+        let out = p.run("bwrap", &script);
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("WROTE:"), "{}", String::from_utf8_lossy(&out.stdout));
+    }
+}

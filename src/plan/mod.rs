@@ -15,6 +15,7 @@ use serde::Serialize;
 
 pub mod accounts;
 mod control;
+mod gitdir;
 mod pin;
 pub mod protected;
 pub mod runtime;

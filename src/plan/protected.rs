@@ -7,6 +7,9 @@
 //! files are bound already). Past its bounds (entries looked at, depth, paths to bind) the
 //! run is refused rather than started with some of them left writable.
 //!
+//! A git directory named by a `.git` pointer or `commondir` file is protected wherever it
+//! lies in a writable mount, whatever its name (`gitdir`).
+//!
 //! A protected path that is a symbolic link is not bound (a bind follows the link, and the
 //! worker could replace a link in a writable directory anyway). It is left out of
 //! [`ProtectedArea::bound`], so the check after the run treats it as it treats one the
@@ -61,16 +64,14 @@ pub(super) fn protected_areas(
     zones: &[(PlanMount, String)],
     other: &[Pinned],
 ) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
-    let mut areas = Vec::new();
-    let mut binds = Vec::new();
     let mut budget = Budget::default();
+    let mut walked: Vec<Walked> = Vec::new();
     for (m, name) in zones.iter().filter(|(m, _)| !m.read_only) {
         let Some(mount) = sandbox.mounts().iter().find(|x| &x.name == name) else { continue };
         // Copy delivery publishes a checked copy instead (its checks refuse these paths).
         if mount.delivery == Delivery::Copy {
             continue;
         }
-        let refused = |reason| super::PlanError::Protected { zone: m.target.clone(), reason };
         let Some(dir) = zone_dir(m) else { continue };
         // Targets beneath this mount that something else is bound at.
         let skip: Vec<PathBuf> = zones
@@ -80,10 +81,17 @@ pub(super) fn protected_areas(
             .filter(|t| *t != m.target && within(t, &m.target))
             .filter_map(|t| t.strip_prefix(m.target.trim_end_matches('/')).map(|r| PathBuf::from(r.trim_start_matches('/'))))
             .collect();
-        let found = walk(&dir, &mount.protection, &skip, &mut budget).map_err(refused)?;
+        let found = walk(&dir, &mount.protection, &skip, &mut budget).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
+        walked.push(Walked { m, protection: &mount.protection, dir, found });
+    }
+    super::gitdir::add_named_git_dirs(&mut walked);
+    let mut areas = Vec::new();
+    let mut binds = Vec::new();
+    for w in walked {
+        let refused = |reason| super::PlanError::Protected { zone: w.m.target.clone(), reason };
         let mut bound = Vec::new();
-        for (rel, entry) in found {
-            match pin(m, &dir, &rel) {
+        for (rel, entry) in w.found {
+            match pin(w.m, &w.dir, &rel) {
                 Opened::Found(p) => {
                     check_links(&p, &rel).map_err(refused)?;
                     budget.bound += 1;
@@ -97,17 +105,26 @@ pub(super) fn protected_areas(
                 Opened::Link | Opened::Missing => {}
             }
         }
-        let unprotected = sandbox.host_protection().entries().iter().filter(|e| !mount.protection.entries().contains(e)).cloned().collect();
+        let unprotected = sandbox.host_protection().entries().iter().filter(|e| !w.protection.entries().contains(e)).cloned().collect();
         areas.push(ProtectedArea {
-            target: m.target.clone(),
-            held: m.held.clone(),
-            entries: mount.protection.entries().to_vec(),
+            target: w.m.target.clone(),
+            held: w.m.held.clone(),
+            entries: w.protection.entries().to_vec(),
             unprotected,
             bound,
-            protection: mount.protection.clone(),
+            protection: w.protection.clone(),
         });
     }
     Ok((areas, binds))
+}
+
+/// One writable mount after its walk: the protected paths found in it (relative, with the
+/// entry protecting each).
+pub(super) struct Walked<'a> {
+    pub m: &'a PlanMount,
+    pub protection: &'a Protection,
+    pub dir: OwnedFd,
+    pub found: Vec<(PathBuf, String)>,
 }
 
 /// What the walks of one run have used.
