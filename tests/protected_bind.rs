@@ -406,3 +406,17 @@ fn separate_git_dir_named_by_a_pointer_is_protected() {
         assert!(!String::from_utf8_lossy(&out.stdout).contains("WROTE:"), "{}", String::from_utf8_lossy(&out.stdout));
     }
 }
+
+/// A bare repository in the zone (git uses its config when a person works inside it, e.g.
+/// `core.pager`): its config and hooks are bound, though nothing in its name says git.
+#[test]
+fn bare_repository_is_protected() {
+    let p = Proj::new(&format!("sandbox:\n  zones:\n    data: {{mode: rw, {PREAPPROVED}}}\n"));
+    let bare = p.dir.join("data/vendored");
+    std::fs::create_dir_all(&bare).expect("mkdir");
+    support::give_to_worker(&p.dir);
+    git_ok(&bare, &["init", "-q", "--bare"]);
+    let plan = p.plan().expect("plan");
+    let bound: Vec<&str> = plan.protected[0].bound.iter().map(|b| b.path.as_str()).collect();
+    assert_eq!(bound, ["vendored/config", "vendored/hooks"], "{bound:?}");
+}

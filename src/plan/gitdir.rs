@@ -1,4 +1,5 @@
-//! Git directories named by a file rather than found by name: a `.git` pointer file
+//! Git directories named by a file rather than found by name (the walk also knows one by
+//! its contents: `HEAD`, `objects/` and `refs/`): a `.git` pointer file
 //! (`gitdir: …`, written by `git worktree`, submodules and `git init --separate-git-dir`) and
 //! a `commondir` file. Git takes its config and hooks from the directory they name, wherever
 //! it is, so when that directory lies in a writable mount its `config`, `hooks`, `commondir`
@@ -20,7 +21,7 @@ const MAX_GIT_DIRS: usize = 64;
 /// Longest pointer file read.
 const MAX_POINTER: usize = 4096;
 /// What git reads from a git directory and runs or obeys.
-const INSIDE: &[&str] = &["config", "hooks", "commondir", "config.worktree"];
+pub(super) const INSIDE: &[&str] = &["config", "hooks", "commondir", "config.worktree"];
 
 /// Adds to each walked mount the protected paths of the git directories that the pointer
 /// and `commondir` files found in any of them name.

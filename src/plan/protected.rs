@@ -148,6 +148,9 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
             return Err(ProtectError::TooDeep(rel.to_string_lossy().into_owned()));
         }
         let entries = rustix::fs::Dir::read_from(&*fd).map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
+        // What makes this directory a git directory, whatever its name (a bare repository:
+        // git uses the config of one it finds itself in).
+        let mut git_marks = 0u8;
         for e in entries {
             let e = e.map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
             let name = e.file_name().to_bytes();
@@ -168,6 +171,12 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
                 other => other,
             };
             let is_dir = kind == FileType::Directory;
+            git_marks |= match (name.as_encoded_bytes(), is_dir) {
+                (b"HEAD", false) => 1,
+                (b"objects", true) => 2,
+                (b"refs", true) => 4,
+                _ => 0,
+            };
             if let Some(entry) = protection.matches(&path, if is_dir { Kind::Dir } else { Kind::Other }) {
                 found.push((path, entry.to_string()));
                 continue;
@@ -183,9 +192,19 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
                 Err(e) => return Err(ProtectError::Unreadable(shown(&path), e.to_string())),
             }
         }
+        if git_marks == 7 {
+            found.extend(super::gitdir::INSIDE.iter().map(|n| (rel.join(n), ".git".to_string())));
+        }
     }
     found.sort_by(|a, b| a.0.components().count().cmp(&b.0.components().count()).then(a.0.cmp(&b.0)));
-    Ok(found)
+    // Outer first: a path beneath one already kept is covered by it.
+    let mut kept: Vec<(PathBuf, String)> = Vec::new();
+    for f in found {
+        if !kept.iter().any(|(k, _)| f.0.starts_with(k)) {
+            kept.push(f);
+        }
+    }
+    Ok(kept)
 }
 
 fn open_dir(dir: &OwnedFd, rel: &Path) -> rustix::io::Result<OwnedFd> {
