@@ -420,3 +420,23 @@ fn bare_repository_is_protected() {
     let bound: Vec<&str> = plan.protected[0].bound.iter().map(|b| b.path.as_str()).collect();
     assert_eq!(bound, ["vendored/config", "vendored/hooks"], "{bound:?}");
 }
+
+/// An area a worker's allowlist grants inside a zone is protected like the zone, with the
+/// zone's entries (`unprotect` included).
+#[test]
+fn allowlist_areas_are_protected() {
+    let p = Proj::new(&format!("sandbox:\n  zones:\n    data: {{mode: rw, {PREAPPROVED}, unprotect: [.envrc]}}\n"));
+    p.repo("data/sub");
+    p.write("data/sub/.envrc", "x\n");
+    p.write("workers/w.worker", "---\ncommand: [true]\nsandbox: {allow_write: [/data/sub]}\n---\nx\n");
+    let project = Project::load(Some(&p.dir.join("workcell.yaml")), &p.dir).expect("project");
+    let worker = project.worker("w").expect("worker");
+    let plan = LaunchPlan::build(&project, Some(worker), &worker.sandbox, &Overrides::default()).expect("plan");
+    assert_eq!(plan.protected.len(), 1, "{:?}", plan.protected);
+    let area = &plan.protected[0];
+    assert_eq!(area.target, "/data/sub");
+    assert_eq!(area.unprotected, [".envrc"]);
+    let bound: Vec<&str> = area.bound.iter().map(|b| b.path.as_str()).collect();
+    assert_eq!(bound, [".git/config", ".git/hooks"], "{bound:?}");
+    assert!(plan.mounts.iter().any(|m| m.target == "/data/sub/.git/config" && m.read_only));
+}
