@@ -440,3 +440,20 @@ fn allowlist_areas_are_protected() {
     assert_eq!(bound, [".git/config", ".git/hooks"], "{bound:?}");
     assert!(plan.mounts.iter().any(|m| m.target == "/data/sub/.git/config" && m.read_only));
 }
+
+/// A directory granted during a session (`request_access`) carries the project's entries:
+/// a person's yes to a directory turns none off.
+#[test]
+fn expansions_keep_the_projects_protection() {
+    let p = Proj::new("sandbox:\n  protect: [Makefile]\n  zones:\n    data: {mode: rw, unprotect: [.envrc]}\n");
+    std::fs::create_dir_all(p.dir.join("data")).expect("mkdir");
+    std::fs::create_dir_all(p.dir.join("extra")).expect("mkdir");
+    let project = Project::load(Some(&p.dir.join("workcell.yaml")), &p.dir).expect("project");
+    let opened = workcell::sandbox::open_for_expansion(&p.dir.join("extra")).expect("open");
+    let expanded = project.sandbox.with_extra_mount("extra", opened, workcell::sandbox::ZoneMode::Rw).expect("expand");
+    let m = expanded.mounts().iter().find(|m| m.name == "extra").expect("the new mount");
+    assert!(m.protection.entries().iter().any(|e| e == "Makefile") && m.protection.entries().iter().any(|e| e == ".envrc"), "{:?}", m.protection.entries());
+    // A worker's sandbox keeps the zone's own (derived from the project's).
+    let data = expanded.mounts().iter().find(|m| m.name == "data").expect("data");
+    assert!(!data.protection.entries().iter().any(|e| e == ".envrc"));
+}
