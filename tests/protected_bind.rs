@@ -457,3 +457,35 @@ fn expansions_keep_the_projects_protection() {
     let data = expanded.mounts().iter().find(|m| m.name == "data").expect("data");
     assert!(!data.protection.entries().iter().any(|e| e == ".envrc"));
 }
+
+/// A zone nested beneath a pinned directory of another zone stays visible: the pin goes on
+/// before it, not over it.
+fn nested_zone_under_a_pin(backend: &str) {
+    let p = Proj::new(&format!(
+        "sandbox:\n  mounts:\n    - {{host: ./data, at: /data, mode: rw, {PREAPPROVED}}}\n    - {{host: ./other, at: /data/x/y, mode: ro}}\n"
+    ));
+    p.write("data/x/.git/config", "[core]\n");
+    p.write("data/x/y/hidden.txt", "the outer zone's\n");
+    p.write("other/seen.txt", "the nested zone's\n");
+    let script =
+        ["cat /data/x/y/seen.txt; ".to_string(), attempt("config", "echo x >> /data/x/.git/config"), attempt("nested", "echo x > /data/x/y/new")].concat();
+    let out = p.run(backend, &script);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("the nested zone's"), "the nested zone is hidden:\n{text}");
+    assert!(!text.contains("WROTE:"), "{text}");
+    assert_eq!(p.read("data/x/.git/config"), b"[core]\n");
+}
+
+#[test]
+fn bwrap_nested_zone_under_a_pin() {
+    if support::backend_ready("bwrap") {
+        nested_zone_under_a_pin("bwrap");
+    }
+}
+
+#[test]
+fn docker_nested_zone_under_a_pin() {
+    if support::backend_ready("docker") {
+        nested_zone_under_a_pin("docker");
+    }
+}

@@ -465,8 +465,7 @@ impl LaunchPlan {
         let (protected, hostrun) = protected::protected_areas(sandbox, &named, &control)?;
         let kept: Vec<pin::Pinned> = control.into_iter().chain(hostrun).collect();
         let mut mounts = mounts;
-        let over = pin::assemble(&mounts, &kept);
-        mounts.extend(over);
+        pin::assemble(&mut mounts, &kept);
         env.insert("WORKCELL_ZONES".to_string(), zones.join(","));
         let shown = match network {
             Network::Off => "0",

@@ -100,32 +100,35 @@ pub(super) fn within(target: &str, base: &str) -> bool {
     base.is_empty() || target == base || target.strip_prefix(base).is_some_and(|r| r.starts_with('/'))
 }
 
-/// The mounts that carry out `items` on top of `zones`, in an order that keeps each one:
-/// every pin before every read-only bind (a pin mounted later would cover what was bound
-/// beneath it), outer before inner. A read-only bind beneath another is dropped (already
-/// read-only), and so are its pins: a read-write pin inside a read-only bind would open it
-/// again. Nothing is bound twice at one target, nor at a zone's own target.
-pub(super) fn assemble(zones: &[PlanMount], items: &[Pinned]) -> Vec<PlanMount> {
+/// Adds to `mounts` (the zones) the mounts that carry out `items`, and puts the whole list
+/// in mount order: outer before inner, whatever each is, so that a pin goes on before a
+/// zone nested beneath it (a pin mounted later would cover it, as it would cover anything
+/// bound beneath it). A read-only bind beneath another is dropped (already read-only), and
+/// so are its pins: a read-write pin inside a read-only bind would open it again. Nothing is
+/// bound twice at one target, nor at a zone's own target.
+pub(super) fn assemble(mounts: &mut Vec<PlanMount>, items: &[Pinned]) {
     let depth = |m: &PlanMount| m.target.matches('/').count();
     let mut binds: Vec<&Pinned> = items.iter().collect();
     binds.sort_by(|a, b| depth(&a.bind).cmp(&depth(&b.bind)).then(a.bind.target.cmp(&b.bind.target)));
     let mut kept: Vec<&Pinned> = Vec::new();
     for p in binds {
         // The zone it lies in is the deepest one containing it.
-        let zone = zones.iter().filter(|z| within(&p.bind.target, &z.target)).max_by_key(|z| depth(z));
+        let zone = mounts.iter().filter(|z| within(&p.bind.target, &z.target)).max_by_key(|z| depth(z));
         let covered = kept.iter().any(|k| within(&p.bind.target, &k.bind.target)) || zone.is_none_or(|z| z.read_only || z.target == p.bind.target);
         if !covered {
             kept.push(p);
         }
     }
-    let mut pins: Vec<PlanMount> = Vec::new();
+    let mut added: Vec<PlanMount> = Vec::new();
     for p in &kept {
         for pin in &p.pins {
-            if !pins.iter().any(|o| o.target == pin.target) && !zones.iter().any(|z| z.target == pin.target) {
-                pins.push(pin.clone());
+            if !added.iter().any(|o| o.target == pin.target) && !mounts.iter().any(|z| z.target == pin.target) {
+                added.push(pin.clone());
             }
         }
     }
-    pins.sort_by(|a, b| depth(a).cmp(&depth(b)).then(a.target.cmp(&b.target)));
-    pins.into_iter().chain(kept.into_iter().map(|p| p.bind.clone())).collect()
+    added.extend(kept.into_iter().map(|p| p.bind.clone()));
+    mounts.extend(added);
+    // Stable: at one depth no two targets nest, so their order does not matter.
+    mounts.sort_by_key(|m| depth(m));
 }
