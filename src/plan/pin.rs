@@ -25,6 +25,8 @@ pub(super) struct Pinned {
     pub bind: PlanMount,
     /// Device and inode of what is bound.
     pub identity: (u64, u64),
+    /// The target of the mount it was found beneath.
+    pub zone: String,
 }
 
 /// What stands at a path beneath a mount, opened without following links.
@@ -87,7 +89,7 @@ pub(super) fn pin(zone: &PlanMount, dir: &OwnedFd, rel: &Path) -> Opened {
         return Opened::Link;
     }
     let bind = PlanMount { source: zone.source.join(rel), target: target_of(zone, rel), read_only: true, held: Some(Held(Arc::new(fd))) };
-    Opened::Found(Pinned { pins, bind, identity: (st.st_dev, st.st_ino) })
+    Opened::Found(Pinned { pins, bind, identity: (st.st_dev, st.st_ino), zone: zone.target.clone() })
 }
 
 fn is_link(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
@@ -114,7 +116,10 @@ pub(super) fn assemble(mounts: &mut Vec<PlanMount>, items: &[Pinned]) {
     for p in binds {
         // The zone it lies in is the deepest one containing it.
         let zone = mounts.iter().filter(|z| within(&p.bind.target, &z.target)).max_by_key(|z| depth(z));
-        let covered = kept.iter().any(|k| within(&p.bind.target, &k.bind.target)) || zone.is_none_or(|z| z.read_only || z.target == p.bind.target);
+        // Beneath another mount nested in its own, the path shows that mount's object, not
+        // the one that was opened: nothing to bind there.
+        let covered =
+            kept.iter().any(|k| within(&p.bind.target, &k.bind.target)) || zone.is_none_or(|z| z.read_only || z.target == p.bind.target || z.target != p.zone);
         if !covered {
             kept.push(p);
         }
