@@ -25,6 +25,10 @@ pub const DEFAULTS: &[&str] = &[
     ".git/config",
     ".git/config.worktree",
     ".git/commondir",
+    // A linked worktree's `.git` file names `.git/worktrees/NAME`, whose `commondir` says
+    // which repository (and so which config and hooks) git uses there.
+    ".git/worktrees/*/commondir",
+    ".git/worktrees/*/config.worktree",
     ".git/modules/**/config",
     ".git/modules/**/hooks",
     ".gitmodules",
@@ -202,6 +206,8 @@ mod tests {
         assert_eq!(m(&p, "home/.bashrc", Kind::Other).as_deref(), Some(".bashrc"));
         assert_eq!(m(&p, ".vscode/tasks.json", Kind::Other).as_deref(), Some(".vscode"));
         assert_eq!(m(&p, "a/.config/git/config", Kind::Other).as_deref(), Some(".config/git"));
+        assert_eq!(m(&p, ".git/worktrees/wt/commondir", Kind::Other).as_deref(), Some(".git/worktrees/*/commondir"));
+        assert_eq!(m(&p, ".git/worktrees/wt/HEAD", Kind::Other), None);
     }
 
     #[test]

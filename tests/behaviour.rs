@@ -12,6 +12,9 @@ mod support;
 #[path = "behaviour/parity.rs"]
 mod parity;
 
+#[path = "behaviour/hostrun.rs"]
+mod hostrun;
+
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -89,6 +92,7 @@ fn enforces(backend: &str, c: Controller) -> bool {
 /// Test bodies shared by every backend.
 mod body {
     use super::*;
+    pub use crate::hostrun::protected_git_stays_read_only;
     pub use crate::parity::{root_is_read_only, user_has_a_name};
 
     pub fn ro_zone_not_writable(backend: &str) {
@@ -313,6 +317,7 @@ backend_suite!(
         fork_bomb_is_contained,
         root_is_read_only,
         user_has_a_name,
+        protected_git_stays_read_only,
     ],
     {
         /// A server on the host loopback: with the network off the worker has its own
@@ -466,6 +471,7 @@ backend_suite!(
         fork_bomb_is_contained,
         root_is_read_only,
         user_has_a_name,
+        protected_git_stays_read_only,
     ],
     {
         fn fetch_script(ip: &str) -> String {

@@ -373,3 +373,25 @@ fn a_broken_worker_does_not_stop_the_others() {
     assert!(e.to_string().contains("bad.worker:3:16: Cannot create child sandbox with allow_read='/nope'"), "{e}");
     assert_eq!(p.broken.keys().collect::<Vec<_>>(), ["bad"]);
 }
+
+/// `unprotect:` names an entry in force, else it is refused where it is written, naming the
+/// entries that can be turned off; a bad entry in `protect:` likewise.
+#[test]
+fn protected_entries() {
+    let (e, _) = load_err("sandbox:\n  zones:\n    out: {path: ./out, mode: rw, unprotect: [.vscode, .nope]}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 55, "'.nope' is not a protected entry here");
+    assert!(e.message.contains(".git/hooks") && e.message.contains(".bashrc"), "{}", e.message);
+    let (e, _) = load_err("sandbox:\n  protect: [Makefile, /etc/profile]\n  zones:\n    out: {path: ./out, mode: rw}\n", &[]);
+    expect(&e, "workcell.yaml", 2, 23, "'/etc/profile' is not a relative path");
+    let (e, _) = load_err("sandbox:\n  paths:\n    out: {root: ./out, mode: rw, unprotect: [../x]}\n", &[]);
+    expect(&e, "workcell.yaml", 3, 46, "not a relative path");
+    let (e, _) = load_err("sandbox:\n  root: {root: ., readonly: false, unprotect: [Makefile]}\n", &[]);
+    expect(&e, "workcell.yaml", 2, 48, "'Makefile' is not a protected entry here");
+    // An added entry can be turned off again in one zone; the other keeps it.
+    let d = dir_with(&[]);
+    let yaml = "sandbox:\n  protect: [Makefile]\n  mounts:\n    - {host: ./out, at: /out, mode: rw, unprotect: [Makefile, .envrc]}\n    - {host: ./data, at: /data, mode: rw}\n";
+    let p = Project::from_text(yaml, &d.path.join("workcell.yaml"), &d.path).expect("config");
+    let entries = |point: &str| p.sandbox.mounts().iter().find(|m| m.mount_point == point).expect("mount").protection.entries().to_vec();
+    assert!(!entries("/out").iter().any(|e| e == "Makefile" || e == ".envrc"));
+    assert!(entries("/data").iter().any(|e| e == "Makefile") && entries("/data").iter().any(|e| e == ".envrc"));
+}

@@ -226,3 +226,23 @@ fn nested_zones_carve_and_reopen_in_order() {
     assert!(deny_a < allow_b, "{}", p.profile);
     assert_no_broad_rules(&p.profile);
 }
+
+/// Files the host runs in a writable zone are carved out of its writes like the control
+/// files, and the directories above them cannot be renamed or removed.
+#[test]
+fn seatbelt_profile_keeps_files_the_host_runs() {
+    let f = Fixture::new(ZONES, &[]);
+    let out = f.root().join("out");
+    std::fs::create_dir_all(out.join(".git/hooks")).expect("mkdir");
+    std::fs::write(out.join(".git/config"), "[core]\n").expect("write");
+    std::fs::create_dir_all(out.join("sub/.vscode")).expect("mkdir");
+    let plan = f.plan(None, Overrides::default());
+    let text = profile_text(&f, &plan);
+    for entry in ["out/.git/config", "out/.git/hooks", "out/sub/.vscode"] {
+        assert!(text.contains(&format!("_KEEP_0=[PROJECT]/{entry}\n")) || text.contains(&format!("=[PROJECT]/{entry}\n")), "{entry} kept: {text}");
+    }
+    let out_zone = text.lines().find(|l| l.ends_with("=[PROJECT]/out")).and_then(|l| l.split('=').next()).expect("the out zone").to_string();
+    assert!(text.contains(&format!("(require-not (subpath (param \"{out_zone}_KEEP_")), "{text}");
+    assert!(text.contains(&format!("{out_zone}_PIN_0=[PROJECT]/out/.git\n")) || text.contains("_PIN_0=[PROJECT]/out/.git\n"), "{text}");
+    insta::assert_snapshot!(text);
+}

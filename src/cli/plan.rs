@@ -74,6 +74,7 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
             };
             println!("  {} ({what})", escape(&path));
         }
+        print_protected(&plan);
         println!("limits:   {}", limits_text(&plan.limits));
         match &plan.runtime {
             Some(r) => println!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
@@ -82,6 +83,25 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
         print_docker(&docker);
     }
     Ok(0)
+}
+
+/// Per writable bind mount: the files the host runs that are protected there, the entries
+/// the zone turned off, and the existing ones bound read-only for the run.
+fn print_protected(plan: &LaunchPlan) {
+    if plan.protected.is_empty() {
+        return;
+    }
+    println!("protected (files the host runs: existing ones read-only, new ones moved aside after the run):");
+    for a in &plan.protected {
+        println!("  {}", escape(&a.target));
+        println!("    entries:        {}", escape(&a.entries.join(", ")));
+        if !a.unprotected.is_empty() {
+            println!("    turned off:     {} (unprotect)", escape(&a.unprotected.join(", ")));
+        }
+        let bound: Vec<&str> = a.bound.iter().map(|b| b.path.as_str()).collect();
+        let bound = if bound.is_empty() { "(none exist)".to_string() } else { escape(&bound.join(", ")).into_owned() };
+        println!("    bound ro:       {bound}");
+    }
 }
 
 /// `off (loopback only)`, `on`, or proxied: how each backend confines the worker to the

@@ -154,7 +154,11 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let sandbox = if args.zones.is_empty() {
         worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone())
     } else {
-        let mounts = args.zones.iter().map(|z| parse_zone(z, &cwd)).collect::<Result<Vec<_>, _>>()?;
+        let mut mounts = args.zones.iter().map(|z| parse_zone(z, &cwd)).collect::<Result<Vec<_>, _>>()?;
+        // The project's protected entries, as for its own zones (a flag turns none off).
+        for m in &mut mounts {
+            m.protection = project.sandbox.host_protection().clone();
+        }
         for (i, a) in mounts.iter().enumerate() {
             for b in &mounts[i + 1..] {
                 if a.mount_point == b.mount_point {

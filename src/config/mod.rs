@@ -307,7 +307,9 @@ impl Project {
             return Err(diag.at(forms[1].1, format!("sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts", names.join(" and "))));
         }
 
-        let mut builder = MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new() };
+        let protection = mounts::project_protection(rs.protect.as_deref(), &diag)?;
+        let mut builder =
+            MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new(), protection: protection.clone() };
         let mut addressing = Addressing::Zones;
         if let Some(zones) = &rs.zones {
             for (name, z) in &zones.value {
@@ -321,6 +323,7 @@ impl Project {
                     located(z.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                     approvals(z.approval.as_ref()),
                     z.delivery.unwrap_or_default(),
+                    z.unprotect.as_deref(),
                 )?;
             }
         } else if let Some(paths) = &rs.paths {
@@ -339,6 +342,7 @@ impl Project {
                     located(p.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                     a,
                     Delivery::Bind,
+                    p.unprotect.as_deref(),
                 )?;
             }
         } else if let Some(Spanned { value: RootField::Form(r), referenced, .. }) = &rs.root {
@@ -354,6 +358,7 @@ impl Project {
                 located(r.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                 approvals(r.approval.as_ref()),
                 Delivery::Bind,
+                r.unprotect.as_deref(),
             )?;
         } else if let Some(mounts) = &rs.mounts {
             for m in &mounts.value {
@@ -369,6 +374,7 @@ impl Project {
                     located(m.max_file_bytes.as_ref(), "max_file_bytes", parse_file_size, &diag)?,
                     approvals(m.approval.as_ref()),
                     m.delivery.unwrap_or_default(),
+                    m.unprotect.as_deref(),
                 )?;
             }
             if builder.mounts.iter().any(|m| m.mount_point == "/") {
@@ -388,7 +394,7 @@ impl Project {
         let mounts = builder.finish()?;
 
         let network = network::project_access(rs.network.as_ref(), &diag)?;
-        let sandbox = Sandbox::new(mounts, addressing, network).map_err(|e| diag.whole(e.to_string()))?;
+        let sandbox = Sandbox::new(mounts, addressing, network).map_err(|e| diag.whole(e.to_string()))?.with_host_protection(protection);
 
         let rd = raw.defaults.unwrap_or_default();
         let defaults = Defaults {

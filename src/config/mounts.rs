@@ -15,6 +15,7 @@ use rustix::fs::{Mode, OFlags};
 
 use super::text::{check_printable, TextError};
 use super::{ConfigError, Diag, RESERVED_MOUNT_POINTS};
+use crate::hostrun::Protection;
 use crate::sandbox::{hostdir, normalise_suffix, Approvals, Delivery, Mount, ZoneMode};
 
 /// A sandbox folder, zone name or mount point the configuration (or `--zone`) gives that
@@ -89,6 +90,18 @@ pub(super) struct MountBuilder<'a> {
     pub folder: &'a str,
     pub mounts: Vec<Mount>,
     pub spans: Vec<Location>,
+    /// The project's protected entries (`crate::hostrun`): the defaults plus `sandbox.protect`.
+    pub protection: Protection,
+}
+
+/// The project's protected entries: the defaults plus `protect` (each checked where it is
+/// written).
+pub(super) fn project_protection(protect: Option<&[Spanned<String>]>, diag: &Diag) -> Result<Protection, ConfigError> {
+    let added: Vec<String> = protect.unwrap_or_default().iter().map(|e| e.value.clone()).collect();
+    for e in protect.unwrap_or_default() {
+        Protection::new([e.value.clone()]).map_err(|m| diag.spanned(e, format!("sandbox.protect: {m}")))?;
+    }
+    Protection::with_added(&added).map_err(|m| diag.whole(format!("sandbox.protect: {m}")))
 }
 
 impl MountBuilder<'_> {
@@ -103,8 +116,15 @@ impl MountBuilder<'_> {
         max_file_bytes: Option<u64>,
         approval: Approvals,
         delivery: Delivery,
+        unprotect: Option<&[Spanned<String>]>,
     ) -> Result<(), ConfigError> {
         let diag = self.diag;
+        // Each entry turned off must be one in force here, so that a typo protects nothing
+        // silently less.
+        let mut protection = self.protection.clone();
+        for e in unprotect.unwrap_or_default() {
+            protection = protection.without(std::slice::from_ref(&e.value)).map_err(|m| diag.spanned(e, format!("unprotect: {m}")))?;
+        }
         let (mount_point, point_loc) = match point {
             Some(p) => p,
             None => {
@@ -175,17 +195,7 @@ impl MountBuilder<'_> {
         let mut seen = HashSet::new();
         let suffixes = suffixes.map(|s| s.iter().map(|x| normalise_suffix(x)).filter(|x| seen.insert(x.clone())).collect());
         self.spans.push(host_loc);
-        self.mounts.push(Mount {
-            name: name.value.clone(),
-            host_path,
-            mount_point,
-            mode,
-            suffixes,
-            max_file_bytes,
-            approval,
-            delivery,
-            protection: crate::hostrun::Protection::default(),
-        });
+        self.mounts.push(Mount { name: name.value.clone(), host_path, mount_point, mode, suffixes, max_file_bytes, approval, delivery, protection });
         Ok(())
     }
 

@@ -52,6 +52,11 @@ pub struct RawSandbox {
     pub require_os_sandbox: Option<bool>,
     /// Allow access outside the sandbox to be granted during a session (`request_access`).
     pub dynamic: Option<bool>,
+    /// Files the host runs, protected in every writable zone in addition to the defaults
+    /// (`.git/hooks`, `.git/config`, `.envrc`, `.vscode`, shell start-up files, ...): paths
+    /// relative to a zone, matched at any depth, `*` within a name and `**` across names.
+    #[schemars(with = "Option<Vec<String>>")]
+    pub protect: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
@@ -87,6 +92,10 @@ pub struct RawZone {
     pub max_file_bytes: Option<Spanned<String>>,
     /// `bind` (default) or `copy`.
     pub delivery: Option<Delivery>,
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub unprotect: Option<Vec<Spanned<String>>>,
 }
 
 /// One entry of `paths:`.
@@ -105,6 +114,10 @@ pub struct RawPathEntry {
     pub read_approval: Option<bool>,
     /// `true` → writes and deletes ask (default); `false` → pre-approved.
     pub write_approval: Option<bool>,
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub unprotect: Option<Vec<Spanned<String>>>,
 }
 
 /// The root form: one directory as virtual `/`.
@@ -119,6 +132,10 @@ pub struct RawRoot {
     #[schemars(with = "Option<SizeSchema>")]
     pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub unprotect: Option<Vec<Spanned<String>>>,
 }
 
 /// `root:` is either the sandboxed-mode folder or the root form.
@@ -176,6 +193,10 @@ pub struct RawMount {
     pub max_file_bytes: Option<Spanned<String>>,
     pub approval: Option<RawApproval>,
     pub delivery: Option<Delivery>,
+    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
+    /// entry in force (a default or one of `sandbox.protect`).
+    #[schemars(with = "Option<Vec<String>>")]
+    pub unprotect: Option<Vec<Spanned<String>>>,
 }
 
 /// The schema of `mounts:` entries with the serde aliases schemars leaves out: `host_path`

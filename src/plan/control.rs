@@ -11,20 +11,23 @@
 //! worker could rename the project directory itself (a directory holding mount points may
 //! be renamed) and put a config of its own in its place.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use super::{Held, PlanError, PlanMount};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+
+use super::pin::{pin, zone_dir, Opened, Pinned};
+use super::{PlanError, PlanMount};
 use crate::config::{Project, CONFIG_FILE};
 
 /// The directories workcell keeps in a project (the audit log, worker files).
 const CONTROL_DIRS: &[&str] = &[".workcell", "workers"];
 
-/// Read-only mounts that cover the control files of `project` inside `mounts`. Missing
-/// control directories are created first (owned like the project directory), so that a
-/// worker cannot create them either.
-pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<PlanMount>, PlanError> {
+/// The control files of `project` inside the writable `mounts`, each to be bound read-only
+/// over itself with its parents pinned (`pin`). Missing control directories are created
+/// first (owned like the project directory), so that a worker cannot create them either.
+pub(super) fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<Pinned>, PlanError> {
     let mut out = Vec::new();
     let config = project.file.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
     let entries: Vec<PathBuf> = CONTROL_DIRS.iter().chain([&config.as_str()]).map(|n| project.dir.join(n)).collect();
@@ -48,19 +51,20 @@ pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<Pla
         if !project.dir.starts_with(&m.source) && !builds.iter().any(|(b, _)| b.starts_with(&m.source)) {
             continue;
         }
+        let Some(zone) = zone_dir(m) else { continue };
         if project.dir == m.source {
             if !project.dir.join(&config).is_file() {
                 return Err(PlanError::WritableProjectWithoutConfig { zone: m.target.clone() });
             }
             for dir in CONTROL_DIRS {
-                ensure_dir(&project.dir, Path::new(dir));
+                ensure_dir(&zone, Path::new(dir));
             }
         }
         let mut here: Vec<PathBuf> = Vec::new();
         for (b, _) in &builds {
             if let Ok(rel) = b.strip_prefix(&m.source) {
                 // Created (empty) when missing, so that the worker cannot create it.
-                ensure_dir(&m.source, rel);
+                ensure_dir(&zone, rel);
                 here.push(b.clone());
             }
         }
@@ -71,58 +75,41 @@ pub fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<Vec<Pla
                 continue;
             }
             // Not followed: a link is left as it is (the README names this limit).
-            let Some(f) = open_nofollow(entry) else { continue };
-            // A directory that holds mount points can still be renamed: each directory
-            // between the zone and the entry (`images` of `images/tool`) is pinned by a
-            // read-write bind onto itself, which makes it a mount point, which cannot be.
-            let mut pins = Vec::new();
-            let mut prefix = m.source.clone();
-            let parents: Vec<_> = rel.parent().map(|p| p.components().collect()).unwrap_or_default();
-            for c in parents {
-                prefix.push(c);
-                let Some(d) = open_nofollow(&prefix) else { break };
-                let target = format!("{}/{}", m.target.trim_end_matches('/'), prefix.strip_prefix(&m.source).unwrap_or(&prefix).display());
-                pins.push(PlanMount { source: prefix.clone(), target, read_only: false, held: Some(Held(Arc::new(d))) });
+            if let Opened::Found(p) = pin(m, &zone, rel) {
+                out.push(p);
             }
-            if pins.len() != rel.components().count() - 1 {
-                continue;
-            }
-            for pin in pins {
-                if !out.iter().any(|o: &PlanMount| o.target == pin.target) {
-                    out.push(pin);
-                }
-            }
-            let target = format!("{}/{}", m.target.trim_end_matches('/'), rel.display());
-            out.push(PlanMount { source: entry.clone(), target, read_only: true, held: Some(Held(Arc::new(f))) });
         }
     }
     Ok(out)
 }
 
-/// `p` opened as a handle, unless it is missing or a symlink.
-fn open_nofollow(p: &Path) -> Option<std::os::fd::OwnedFd> {
-    use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::open(p, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).ok()?;
-    let link = rustix::fs::fstat(&fd).is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
-    (!link).then_some(fd)
-}
-
-/// Creates `dir/rel` and its missing parents, each owned by the owner of `dir` (a root
-/// workcell must not leave root-owned directories in a user's project). Never follows a link:
-/// an existing entry of any kind is left as it is.
-fn ensure_dir(dir: &Path, rel: &Path) {
-    let owner = std::fs::metadata(dir).ok().map(|m| (rustix::process::Uid::from_raw(m.uid()), rustix::process::Gid::from_raw(m.gid())));
-    let mut p = dir.to_path_buf();
+/// Creates `rel` beneath the zone handle `zone` and its missing parents, one name at a time,
+/// each owned by the owner of the zone's directory (a root workcell must not leave root-owned
+/// directories in a user's project). Never follows a link: a link (or file) on the way stops
+/// it, so nothing is created or given away outside the zone.
+fn ensure_dir(zone: &OwnedFd, rel: &Path) {
+    let Ok(st) = rustix::fs::fstat(zone) else { return };
+    let owner = (rustix::process::Uid::from_raw(st.st_uid), rustix::process::Gid::from_raw(st.st_gid));
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(mut cur) = zone.try_clone() else { return };
     for c in rel.components() {
-        p.push(c);
-        if std::fs::symlink_metadata(&p).is_ok() {
-            continue;
+        let name = c.as_os_str();
+        let created = match rustix::fs::mkdirat(&cur, name, Mode::from_raw_mode(0o755)) {
+            Ok(()) => true,
+            Err(Errno::EXIST) => false,
+            Err(_) => return,
+        };
+        let Ok(next) = rustix::fs::openat(&cur, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) else { return };
+        if created {
+            // Given away only while it is the empty directory just made (a worker sharing
+            // the zone could rename another directory into this name in between).
+            let ours = rustix::fs::fstat(&next).is_ok_and(|st| st.st_uid == me);
+            let empty = rustix::fs::Dir::read_from(&next).is_ok_and(|mut d| d.all(|e| e.is_ok_and(|e| matches!(e.file_name().to_bytes(), b"." | b".."))));
+            if !ours || !empty {
+                return;
+            }
+            let _ = rustix::fs::fchown(&next, Some(owner.0), Some(owner.1));
         }
-        if std::fs::DirBuilder::new().mode(0o755).create(&p).is_err() {
-            return;
-        }
-        if let Some((uid, gid)) = owner {
-            let _ = rustix::fs::chown(&p, Some(uid), Some(gid));
-        }
+        cur = next;
     }
 }

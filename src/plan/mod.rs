@@ -15,6 +15,9 @@ use serde::Serialize;
 
 pub mod accounts;
 mod control;
+mod gitdir;
+mod pin;
+pub mod protected;
 pub mod runtime;
 mod workdir;
 pub use workdir::WorkdirError;
@@ -260,6 +263,14 @@ pub enum PlanError {
     BuildFolderWritable { worker: String, zone: String },
     #[error("the writable zone {zone} is inside the project's control files ({}): a worker could rewrite what decides its next sandbox. Make the zone read-only", entry.display())]
     ZoneInsideControl { zone: String, entry: PathBuf },
+    #[error(
+        "the writable zone {zone} cannot be kept safe for the host: {reason}. Before a run workcell finds the files the host runs (git hooks and config, .envrc, editor and shell settings) in every writable zone to keep them read-only, and refuses rather than leave some writable: make the zone read-only, use `delivery: copy`, or name a smaller directory as the zone"
+    )]
+    Protected {
+        zone: String,
+        #[source]
+        reason: protected::ProtectError,
+    },
     #[error("the writable zone {zone} is the project directory, which has no workcell.yaml: a worker could write one that a later run would use. Create it first (`workcell init`), or make the zone read-only, or use a directory inside the project")]
     WritableProjectWithoutConfig { zone: String },
 }
@@ -320,6 +331,11 @@ pub fn host_system_layout_at(root: &Path) -> Vec<SystemEntry> {
 /// writable *and* its mount's writes and deletes are pre-approved; otherwise writes must go
 /// through the tool service, which asks.
 pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
+    zone_mounts(sandbox).into_iter().map(|(m, _)| m).collect()
+}
+
+/// [`mounts_for`], each with the name of the sandbox mount it belongs to.
+fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
     let target_of = |sandbox_path: &str| match sandbox.addressing() {
         Addressing::Zones => sandbox_path.to_string(),
         Addressing::Root => {
@@ -336,28 +352,28 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
     let preapproved =
         |mount: &str| sandbox.mounts().iter().any(|m| m.name == mount && (m.approval.writes_preapproved() || m.delivery == crate::sandbox::Delivery::Copy));
     let writable: Vec<_> = sandbox.writable_held().into_iter().filter(|(a, _)| preapproved(&a.mount)).collect();
-    let mut out: Vec<PlanMount> = Vec::new();
+    let mut out: Vec<(PlanMount, String)> = Vec::new();
     for (a, held) in sandbox.readable_held() {
         let rw = writable.iter().any(|(w, _)| w.sandbox_path == a.sandbox_path);
-        out.push(PlanMount { source: a.host_path, target: target_of(&a.sandbox_path), read_only: !rw, held: Some(held) });
+        out.push((PlanMount { source: a.host_path, target: target_of(&a.sandbox_path), read_only: !rw, held: Some(held) }, a.mount));
     }
     // Writable areas nested inside a read-only area get their own read-write mount.
     for (w, held) in writable {
-        if !out.iter().any(|m| m.target == target_of(&w.sandbox_path)) {
-            out.push(PlanMount { source: w.host_path, target: target_of(&w.sandbox_path), read_only: false, held: Some(held) });
+        if !out.iter().any(|(m, _)| m.target == target_of(&w.sandbox_path)) {
+            out.push((PlanMount { source: w.host_path, target: target_of(&w.sandbox_path), read_only: false, held: Some(held) }, w.mount));
         }
     }
-    out.sort_by(|a, b| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
+    out.sort_by(|(a, _), (b, _)| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
     out
 }
 
 /// The zone mounts that `delivery: copy` replaces by a private copy. A zone holding control
 /// files is refused: they are bound live over the zone and would be published from the copy.
-fn copy_mounts(sandbox: &Sandbox, zones: &[PlanMount], control: &[PlanMount]) -> Result<Vec<CopyMount>, PlanError> {
+fn copy_mounts(sandbox: &Sandbox, zones: &[PlanMount], control: &[pin::Pinned]) -> Result<Vec<CopyMount>, PlanError> {
     let mut out = Vec::new();
     for m in zones {
         let Some(zone) = sandbox.mounts().iter().find(|x| m.source.starts_with(&x.host_path) && x.delivery == crate::sandbox::Delivery::Copy) else { continue };
-        if control.iter().any(|c| c.source.starts_with(&m.source)) {
+        if control.iter().any(|c| c.bind.source.starts_with(&m.source)) {
             return Err(PlanError::CopyDelivery(zone.name.clone()));
         }
         out.push(CopyMount { target: m.target.clone(), zone: zone.name.clone(), writable: !m.read_only });
@@ -417,7 +433,8 @@ impl LaunchPlan {
             crate::egress::Access::Open => (Network::Open, None),
             crate::egress::Access::Filtered(p) => (Network::Proxied, Some(p.clone())),
         };
-        let mounts = mounts_for(sandbox);
+        let named = zone_mounts(sandbox);
+        let mounts: Vec<PlanMount> = named.iter().map(|(m, _)| m.clone()).collect();
         let workdir = match ov.workdir.clone().or_else(|| worker.and_then(|w| w.workdir.clone())) {
             Some(w) => w,
             None => default_workdir(&mounts),
@@ -441,11 +458,14 @@ impl LaunchPlan {
             return Err(PlanError::AmbiguousZone(m.target.escape_debug().to_string()));
         }
         let zones: Vec<String> = mounts.iter().map(|m| format!("{}:{}", m.target, if m.read_only { "ro" } else { "rw" })).collect();
-        // After the zones, so that they cover them (and after the list the worker is told).
+        // After the zones, so that they cover them (and after the list the worker is told):
+        // the control files and the files the host runs, read-only, their parents pinned.
         let control = control::control_mounts(project, &mounts)?;
         let copies = copy_mounts(sandbox, &mounts, &control)?;
+        let (protected, hostrun) = protected::protected_areas(sandbox, &named, &control)?;
+        let kept: Vec<pin::Pinned> = control.into_iter().chain(hostrun).collect();
         let mut mounts = mounts;
-        mounts.extend(control);
+        pin::assemble(&mut mounts, &kept);
         env.insert("WORKCELL_ZONES".to_string(), zones.join(","));
         let shown = match network {
             Network::Off => "0",
@@ -515,7 +535,7 @@ impl LaunchPlan {
             tty: ov.tty,
             runtime,
             copies,
-            protected: Vec::new(),
+            protected,
         })
     }
 

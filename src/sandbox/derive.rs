@@ -198,6 +198,7 @@ impl Sandbox {
             protected: self.protected.clone(),
             pending: Vec::new(),
             hostfiles: self.hostfiles.clone(),
+            hostrun: self.hostrun.clone(),
         }
     }
 

@@ -74,7 +74,8 @@ impl Sandbox {
             max_file_bytes: None,
             approval,
             delivery: Delivery::Bind,
-            protection: crate::hostrun::Protection::default(),
+            // The project's entries: a person's yes to a directory does not turn any off.
+            protection: self.host_protection().clone(),
         });
         let root = super::hostfiles::root_identity(&dir);
         let area = Area { key: AreaKey { mount: index, prefix: Vec::new() }, dir: Arc::new(dir) };

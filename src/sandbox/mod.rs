@@ -193,6 +193,9 @@ pub struct Sandbox {
     pending: Vec<grant::Pending>,
     /// What judges the files the host runs for the tool service (see `hostfiles`).
     hostfiles: Arc<hostfiles::HostFiles>,
+    /// The project's files the host runs (defaults plus `sandbox.protect`): what a mount
+    /// added later (`--zone`, `request_access`) is given; never narrowed by a worker.
+    hostrun: Arc<crate::hostrun::Protection>,
 }
 
 impl Sandbox {
@@ -219,7 +222,17 @@ impl Sandbox {
             readable.push(area);
         }
         let hostfiles = Arc::new(hostfiles::HostFiles { roots, ..Default::default() });
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new(), hostfiles })
+        Ok(Sandbox {
+            mounts: Arc::new(mounts),
+            addressing,
+            readable,
+            writable,
+            network,
+            protected: Arc::default(),
+            pending: Vec::new(),
+            hostfiles,
+            hostrun: Arc::default(),
+        })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
@@ -233,7 +246,19 @@ impl Sandbox {
             protected: self.protected.clone(),
             pending: Vec::new(),
             hostfiles: self.hostfiles.clone(),
+            hostrun: self.hostrun.clone(),
         }
+    }
+
+    /// This sandbox with `p` as the project's protected entries, for mounts added later.
+    pub fn with_host_protection(mut self, p: crate::hostrun::Protection) -> Sandbox {
+        self.hostrun = Arc::new(p);
+        self
+    }
+
+    /// The project's protected entries (see [`Sandbox::with_host_protection`]).
+    pub fn host_protection(&self) -> &crate::hostrun::Protection {
+        &self.hostrun
     }
 
     /// The mounts this sandbox was built from (including ones it can no longer see).

@@ -54,9 +54,11 @@ impl Sandbox {
         self
     }
 
-    /// Gives this sandbox the same protection as `other`.
+    /// Gives this sandbox the same protection as `other`: its control files, and its
+    /// project's files the host runs for mounts added later.
     pub fn protected_like(mut self, other: &Sandbox) -> Sandbox {
         self.protected = other.protected.clone();
+        self.hostrun = other.hostrun.clone();
         self
     }
 

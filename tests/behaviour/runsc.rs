@@ -35,6 +35,7 @@ backend_suite!(
         memory_hog_is_killed,
         root_is_read_only,
         user_has_a_name,
+        protected_git_stays_read_only,
     ],
     {
         /// The worker runs on gVisor's kernel: `uname -r` and `/proc/version` are gVisor's,

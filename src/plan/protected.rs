@@ -1,0 +1,270 @@
+//! Files the host runs (`crate::hostrun`), kept read-only in every writable, bind-delivered
+//! mount: each protected path that exists at launch is found by a bounded walk beneath the
+//! mount's held handle and bound read-only over itself, its parents pinned (`pin`).
+//!
+//! The walk never follows a link and does not descend into a protected match (it is bound
+//! whole), nor into another mount's target (a nested zone has its own walk; the control
+//! files are bound already). Past its bounds (entries looked at, depth, paths to bind) the
+//! run is refused rather than started with some of them left writable.
+//!
+//! A git directory named by a `.git` pointer or `commondir` file is protected wherever it
+//! lies in a writable mount, whatever its name (`gitdir`).
+//!
+//! A protected path that is a symbolic link is not bound (a bind follows the link, and the
+//! worker could replace a link in a writable directory anyway). It is left out of
+//! [`ProtectedArea::bound`], so the check after the run treats it as it treats one the
+//! worker created: it is moved aside.
+//!
+//! A regular file with more than one hard link is refused: a read-only bind of one name
+//! does not stop writes through another name elsewhere in a writable zone, and such a link
+//! can only have been made before the run (a link across mounts fails with `EXDEV`).
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::pin::{pin, within, zone_dir, Opened, Pinned};
+use super::{BoundPath, PlanMount, ProtectedArea};
+use crate::hostrun::{Kind, Protection};
+use crate::sandbox::{Delivery, Sandbox};
+
+/// Entries (files, directories, links) the walk of one run looks at, at most.
+pub const MAX_ENTRIES: usize = 500_000;
+/// Directories below a mount the walk goes, at most.
+pub const MAX_DEPTH: usize = 64;
+/// Protected paths one run binds, at most (each holds a descriptor until the launch).
+pub const MAX_BOUND: usize = 256;
+
+/// Why the protected paths of a mount could not all be found or kept read-only.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtectError {
+    #[error("more than {MAX_ENTRIES} files and directories")]
+    TooManyEntries,
+    #[error("directories nested deeper than {MAX_DEPTH} levels (at '{}')", crate::term::escape(.0))]
+    TooDeep(String),
+    #[error("more than {MAX_BOUND} files the host runs to keep read-only")]
+    TooManyBound,
+    #[error("the directory '{}' cannot be read ({})", crate::term::escape(.0), .1)]
+    Unreadable(String, String),
+    #[error(
+        "'{}' has {} hard links: a worker could change it through another of its names. Remove the other names (`find ZONE -samefile PATH`), or copy the file over itself (`cp -p f f.tmp && mv f.tmp f`)",
+        crate::term::escape(.0),
+        .1
+    )]
+    HardLinked(String, u64),
+}
+
+/// The protected areas of the writable, bind-delivered mounts of `zones`, and the mounts
+/// that keep their existing protected paths read-only. `other` are the mounts already
+/// bound over the zones (the control files), whose insides are not walked.
+pub(super) fn protected_areas(
+    sandbox: &Sandbox,
+    zones: &[(PlanMount, String)],
+    other: &[Pinned],
+) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
+    let mut budget = Budget::default();
+    let mut walked: Vec<Walked> = Vec::new();
+    for (m, name) in zones.iter().filter(|(m, _)| !m.read_only) {
+        let Some(mount) = sandbox.mounts().iter().find(|x| &x.name == name) else { continue };
+        // Copy delivery publishes a checked copy instead (its checks refuse these paths).
+        if mount.delivery == Delivery::Copy {
+            continue;
+        }
+        let Some(dir) = zone_dir(m) else { continue };
+        // Targets beneath this mount that something else is bound at.
+        let skip: Vec<PathBuf> = zones
+            .iter()
+            .map(|(z, _)| z.target.as_str())
+            .chain(other.iter().map(|p| p.bind.target.as_str()))
+            .filter(|t| *t != m.target && within(t, &m.target))
+            .filter_map(|t| t.strip_prefix(m.target.trim_end_matches('/')).map(|r| PathBuf::from(r.trim_start_matches('/'))))
+            .collect();
+        let found = walk(&dir, &mount.protection, &skip, &mut budget).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
+        walked.push(Walked { m, protection: &mount.protection, dir, found });
+    }
+    super::gitdir::add_named_git_dirs(&mut walked);
+    let mut areas = Vec::new();
+    let mut binds = Vec::new();
+    for w in walked {
+        let refused = |reason| super::PlanError::Protected { zone: w.m.target.clone(), reason };
+        let mut bound = Vec::new();
+        for (rel, entry) in w.found {
+            match pin(w.m, &w.dir, &rel) {
+                Opened::Found(p) => {
+                    check_links(&p, &rel).map_err(refused)?;
+                    budget.bound += 1;
+                    if budget.bound > MAX_BOUND {
+                        return Err(refused(ProtectError::TooManyBound));
+                    }
+                    bound.push(BoundPath { path: rel.to_string_lossy().into_owned(), entry, identity: p.identity });
+                    binds.push(p);
+                }
+                // Left unbound: see the module's comment.
+                Opened::Link | Opened::Missing => {}
+            }
+        }
+        let unprotected = sandbox.host_protection().entries().iter().filter(|e| !w.protection.entries().contains(e)).cloned().collect();
+        areas.push(ProtectedArea {
+            target: w.m.target.clone(),
+            held: w.m.held.clone(),
+            entries: w.protection.entries().to_vec(),
+            unprotected,
+            bound,
+            protection: w.protection.clone(),
+        });
+    }
+    Ok((areas, binds))
+}
+
+/// One writable mount after its walk: the protected paths found in it (relative, with the
+/// entry protecting each).
+pub(super) struct Walked<'a> {
+    pub m: &'a PlanMount,
+    pub protection: &'a Protection,
+    pub dir: OwnedFd,
+    pub found: Vec<(PathBuf, String)>,
+}
+
+/// What the walks of one run have used.
+#[derive(Default)]
+struct Budget {
+    entries: usize,
+    bound: usize,
+}
+
+/// The protected paths beneath the directory `dir`, relative to it, with the entry that
+/// protects each, outer first. Never follows a link; does not descend into a match or a
+/// path of `skip`.
+fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut Budget) -> Result<Vec<(PathBuf, String)>, ProtectError> {
+    let mut found = Vec::new();
+    // Each directory still to read: its parent's handle, its name and its path. A parent's
+    // handle lives as long as one of its children waits, so at most one per level is open.
+    let root = open_dir(dir, Path::new(".")).map_err(|e| ProtectError::Unreadable(".".into(), e.to_string()))?;
+    let mut stack: Vec<(Arc<OwnedFd>, PathBuf)> = vec![(Arc::new(root), PathBuf::new())];
+    while let Some((fd, rel)) = stack.pop() {
+        if rel.components().count() > MAX_DEPTH {
+            return Err(ProtectError::TooDeep(rel.to_string_lossy().into_owned()));
+        }
+        let entries = rustix::fs::Dir::read_from(&*fd).map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
+        // What makes this directory a git directory, whatever its name (a bare repository:
+        // git uses the config of one it finds itself in).
+        let mut git_marks = 0u8;
+        for e in entries {
+            let e = e.map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            budget.entries += 1;
+            if budget.entries > MAX_ENTRIES {
+                return Err(ProtectError::TooManyEntries);
+            }
+            let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
+            let path = rel.join(name);
+            let kind = match e.file_type() {
+                FileType::Directory => FileType::Directory,
+                FileType::Unknown => {
+                    rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| FileType::from_raw_mode(st.st_mode)).unwrap_or(FileType::Unknown)
+                }
+                other => other,
+            };
+            let is_dir = kind == FileType::Directory;
+            git_marks |= match (name.as_encoded_bytes(), is_dir) {
+                (b"HEAD", false) => 1,
+                (b"objects", true) => 2,
+                (b"refs", true) => 4,
+                _ => 0,
+            };
+            if let Some(entry) = protection.matches(&path, if is_dir { Kind::Dir } else { Kind::Other }) {
+                found.push((path, entry.to_string()));
+                continue;
+            }
+            if !is_dir || skip.iter().any(|s| s == &path) {
+                continue;
+            }
+            match rustix::fs::openat(&*fd, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+                Ok(child) => stack.push((Arc::new(child), path)),
+                // Replaced by a link or a file, or removed, since it was listed: nothing to
+                // walk there.
+                Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR | rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(ProtectError::Unreadable(shown(&path), e.to_string())),
+            }
+        }
+        if git_marks == 7 {
+            found.extend(super::gitdir::INSIDE.iter().map(|n| (rel.join(n), ".git".to_string())));
+        }
+    }
+    found.sort_by(|a, b| a.0.components().count().cmp(&b.0.components().count()).then(a.0.cmp(&b.0)));
+    // Outer first: a path beneath one already kept is covered by it.
+    let mut kept: Vec<(PathBuf, String)> = Vec::new();
+    for f in found {
+        if !kept.iter().any(|(k, _)| f.0.starts_with(k)) {
+            kept.push(f);
+        }
+    }
+    Ok(kept)
+}
+
+fn open_dir(dir: &OwnedFd, rel: &Path) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(dir, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+}
+
+fn shown(rel: &Path) -> String {
+    if rel.as_os_str().is_empty() {
+        ".".into()
+    } else {
+        rel.to_string_lossy().into_owned()
+    }
+}
+
+/// Refuses a bound regular file with other names, and one inside a bound directory (looked
+/// at to the same bounds as the walk).
+fn check_links(p: &Pinned, rel: &Path) -> Result<(), ProtectError> {
+    let Some(held) = &p.bind.held else { return Ok(()) };
+    let st = rustix::fs::fstat(&*held.0).map_err(|e| ProtectError::Unreadable(shown(rel), e.to_string()))?;
+    match FileType::from_raw_mode(st.st_mode) {
+        FileType::RegularFile if st.st_nlink > 1 => Err(ProtectError::HardLinked(shown(rel), links(st.st_nlink))),
+        FileType::Directory => {
+            let dir = open_dir(&held.0, Path::new(".")).map_err(|e| ProtectError::Unreadable(shown(rel), e.to_string()))?;
+            let mut stack = vec![(dir, rel.to_path_buf())];
+            let mut seen = 0usize;
+            while let Some((fd, at)) = stack.pop() {
+                if at.components().count() > MAX_DEPTH {
+                    return Err(ProtectError::TooDeep(shown(&at)));
+                }
+                for e in rustix::fs::Dir::read_from(&fd).map_err(|e| ProtectError::Unreadable(shown(&at), e.to_string()))? {
+                    let e = e.map_err(|e| ProtectError::Unreadable(shown(&at), e.to_string()))?;
+                    let name = e.file_name().to_bytes();
+                    if name == b"." || name == b".." {
+                        continue;
+                    }
+                    seen += 1;
+                    if seen > MAX_ENTRIES {
+                        return Err(ProtectError::TooManyEntries);
+                    }
+                    let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
+                    let Ok(st) = rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) else { continue };
+                    match FileType::from_raw_mode(st.st_mode) {
+                        FileType::RegularFile if st.st_nlink > 1 => return Err(ProtectError::HardLinked(shown(&at.join(name)), links(st.st_nlink))),
+                        FileType::Directory => {
+                            if let Ok(child) = open_dir(&fd, Path::new(name)) {
+                                stack.push((child, at.join(name)));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A link count as `u64` (`nlink_t` is narrower on some architectures).
+#[allow(clippy::unnecessary_cast)]
+fn links(n: libc::nlink_t) -> u64 {
+    n as u64
+}
