@@ -16,6 +16,9 @@
 
 use std::path::{Component, Path};
 
+pub mod quarantine;
+mod remove;
+
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// The entries protected in every writable area unless a zone turns one off (`unprotect:`).

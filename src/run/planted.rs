@@ -1,0 +1,117 @@
+//! The run's side of files the host runs (`crate::hostrun`): after the worker is gone,
+//! whatever the way it ended, every protected area of the plan is swept
+//! ([`quarantine::sweep`]) and what was moved aside is told: on stderr (or, for a captured
+//! run, after the worker's stderr, where the agent that called it reads), as a JSON line
+//! with `--json`, and in one `quarantine` audit record.
+
+use std::borrow::Cow;
+use std::os::fd::AsFd;
+
+use serde_json::json;
+
+use crate::backend::{Finished, Output};
+use crate::hostrun::quarantine::{self, Outcome, Report, Why, DIR, MAX_DEPTH};
+use crate::plan::{LaunchPlan, ProtectedArea, BROKER_MOUNT_POINT};
+use crate::tools::audit::AuditLog;
+
+/// How many items are told one per line (per area); the rest are counted.
+pub const LISTED: usize = 20;
+
+/// Stand-in for the plan's own list of protected areas (part A of issue 22 fills
+/// `LaunchPlan::protected` with the paths bound read-only at launch): until it does, each
+/// writable, bind-delivered directory mount of the plan is an area with the default
+/// entries and nothing bound. Mounts beneath another writable mount's directory (the
+/// control files' pins, a nested zone) are swept as part of it.
+pub(super) fn stand_in_areas(plan: &mut LaunchPlan) {
+    if !plan.protected.is_empty() {
+        return;
+    }
+    let writable: Vec<_> = plan
+        .mounts
+        .iter()
+        .filter(|m| !m.read_only && m.target != BROKER_MOUNT_POINT && !plan.copies.iter().any(|c| c.target == m.target))
+        .filter(|m| m.held.as_ref().is_some_and(|h| rustix::fs::fstat(h.0.as_fd()).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)))
+        .collect();
+    let areas: Vec<ProtectedArea> = writable
+        .iter()
+        .filter(|m| !writable.iter().any(|o| o.source != m.source && m.source.starts_with(&o.source)))
+        .map(|m| {
+            let protection = crate::hostrun::Protection::default();
+            ProtectedArea {
+                target: m.target.clone(),
+                held: m.held.clone(),
+                entries: protection.entries().to_vec(),
+                unprotected: Vec::new(),
+                bound: Vec::new(),
+                protection,
+            }
+        })
+        .collect();
+    plan.protected = areas;
+}
+
+/// Sweeps every protected area of `plan`; returns the reports that say something.
+pub(super) fn sweep(plan: &LaunchPlan) -> Vec<Report> {
+    plan.protected.iter().map(|a| quarantine::sweep(a, &plan.run_id)).filter(|r| !r.is_empty()).collect()
+}
+
+/// Tells what `reports` found: into a captured run's stderr (after the worker's, past its
+/// cap), else on workcell's stderr (one JSON line with `json`); and in the audit log.
+pub(super) fn tell(
+    reports: &[Report],
+    run_id: &str,
+    output: Output,
+    json: bool,
+    result: &mut Result<Finished, crate::backend::BackendError>,
+    audit: &AuditLog,
+) {
+    if reports.is_empty() {
+        return;
+    }
+    let text: Vec<String> = reports.iter().flat_map(|r| lines(r, run_id)).collect();
+    match (output, result.as_mut()) {
+        (Output::Capture, Ok(finished)) => {
+            for line in &text {
+                finished.stderr.extend_from_slice(line.as_bytes());
+                finished.stderr.push(b'\n');
+            }
+        }
+        _ if json => eprintln!("{}", serde_json::to_string(&json!({"quarantine": {"run_id": run_id, "areas": reports}})).unwrap_or_default()),
+        _ => text.iter().for_each(|l| eprintln!("{l}")),
+    }
+    if let Err(e) = audit.record("quarantine", json!({"areas": reports})) {
+        eprintln!("workcell: cannot record the quarantine in the audit log: {e}");
+    }
+}
+
+/// The lines that tell one area's report (at most [`LISTED`] items, then a count).
+pub fn lines(r: &Report, run_id: &str) -> Vec<String> {
+    // The person acts on the host: its path when known, else the worker's.
+    let target = crate::term::escape(r.host.as_deref().unwrap_or(&r.target));
+    let mut out = Vec::new();
+    for item in r.items.iter().take(LISTED) {
+        let path = crate::term::escape(&item.path);
+        let why: Cow<'_, str> = match &item.why {
+            Why::Protected { entry } => {
+                format!("a file the host runs, protected as '{}'; see README \"Files the host runs\"", crate::term::escape(entry)).into()
+            }
+            Why::TooDeep => format!("deeper than {MAX_DEPTH} directories, so not checked").into(),
+            Why::Unreadable { error } => format!("a directory that could not be read ({}), so not checked", crate::term::escape(error)).into(),
+        };
+        out.push(match &item.outcome {
+            Outcome::Quarantined { to } => format!("workcell: moved aside {path} in {target} ({why}): now {}", crate::term::escape(to)),
+            Outcome::Removed { error } => format!("workcell: removed {path} in {target} ({why}): it could not be moved aside: {}", crate::term::escape(error)),
+            Outcome::Left { error } => {
+                format!("workcell: WARNING: {path} in {target} is still there ({why}): {}; remove it before you use the folder", crate::term::escape(error))
+            }
+        });
+    }
+    let told = r.items.len().min(LISTED) as u64;
+    if r.total > told {
+        out.push(format!("workcell: and {} more in {target}, in {DIR}/{run_id} (the audit log lists the first {})", r.total - told, quarantine::KEPT));
+    }
+    if let Some(why) = &r.incomplete {
+        out.push(format!("workcell: WARNING: {target} was not fully checked for files the host runs: {}", crate::term::escape(why)));
+    }
+    out
+}
