@@ -126,12 +126,15 @@ struct Sweep<'a> {
     run_id: &'a str,
     root: BorrowedFd<'a>,
     /// This run's quarantine directory and its identity, made on first need (or why not).
-    quarantine: Option<Result<(OwnedFd, (u64, u64)), String>>,
+    quarantine: Option<Result<Made, String>>,
     seen: u64,
     /// The number of the next moved item.
     next: u64,
     report: Report,
 }
+
+/// This run's quarantine directory, and its identity (device, inode).
+type Made = (OwnedFd, (u64, u64));
 
 /// A directory being listed, and the length of its path in the walk's path buffer.
 struct Frame {
@@ -336,7 +339,7 @@ pub(super) fn list(dir: BorrowedFd<'_>) -> io::Result<Dir> {
 }
 
 /// `.workcell/quarantine/RUN_ID` beneath `root`, one component at a time, owned like `root`.
-fn make_quarantine(root: BorrowedFd<'_>, run_id: &str) -> io::Result<(OwnedFd, (u64, u64))> {
+fn make_quarantine(root: BorrowedFd<'_>, run_id: &str) -> io::Result<Made> {
     let st = rustix::fs::fstat(root)?;
     let owner = (st.st_uid, st.st_gid);
     let run = CString::new(run_id).map_err(io::Error::other)?;

@@ -68,7 +68,8 @@ pub(super) fn tell(
     if reports.is_empty() {
         return;
     }
-    let text: Vec<String> = reports.iter().flat_map(|r| lines(r, run_id)).collect();
+    // An agent reads a captured run's notes: it is told the paths it knows, never the host's.
+    let text: Vec<String> = reports.iter().flat_map(|r| lines(r, run_id, output == Output::Inherit)).collect();
     match (output, result.as_mut()) {
         (Output::Capture, Ok(finished)) => {
             for line in &text {
@@ -84,10 +85,10 @@ pub(super) fn tell(
     }
 }
 
-/// The lines that tell one area's report (at most [`LISTED`] items, then a count).
-pub fn lines(r: &Report, run_id: &str) -> Vec<String> {
-    // The person acts on the host: its path when known, else the worker's.
-    let target = crate::term::escape(r.host.as_deref().unwrap_or(&r.target));
+/// The lines that tell one area's report (at most [`LISTED`] items, then a count); the
+/// area named by its host path (when known) if `host`, else by its path in the sandbox.
+pub fn lines(r: &Report, run_id: &str, host: bool) -> Vec<String> {
+    let target = crate::term::escape(if host { r.host.as_deref().unwrap_or(&r.target) } else { &r.target });
     let mut out = Vec::new();
     for item in r.items.iter().take(LISTED) {
         let path = crate::term::escape(&item.path);
