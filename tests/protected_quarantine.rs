@@ -145,6 +145,19 @@ mod body {
         assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "{}", String::from_utf8_lossy(&o.stderr));
     }
 
+    pub fn an_existing_repository_stays_and_the_worker_commits(backend: &str) {
+        let s = Scratch::new();
+        let out = s.zone("out");
+        let g = host_git(&out, &s.root, &["init", "-q"]);
+        assert!(g.status.success());
+        let script = "cd /out && echo a > a && git add a && git -c user.name=w -c user.email=w@x commit -qm a && git log --oneline | wc -l";
+        let o = s.run(backend, &["--zone", "out=./out:rw", "--", "sh", "-c", script]);
+        assert_eq!(o.status.code(), Some(0), "the worker commits to its repository");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.join(".git/config").is_file() && out.join(".git/hooks").is_dir());
+        assert!(host_git(&out, &s.root, &["log", "--oneline"]).status.success());
+    }
+
     pub fn quarantine_in_json_and_after_a_failure(backend: &str) {
         let s = Scratch::new();
         let out = s.zone("out");
@@ -226,6 +239,13 @@ macro_rules! backend_suite {
             fn planted_files_are_moved_aside() {
                 if support::backend_ready(BACKEND) {
                     body::planted_files_are_moved_aside(BACKEND);
+                }
+            }
+
+            #[test]
+            fn an_existing_repository_stays_and_the_worker_commits() {
+                if support::backend_ready(BACKEND) {
+                    body::an_existing_repository_stays_and_the_worker_commits(BACKEND);
                 }
             }
 

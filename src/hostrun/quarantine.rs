@@ -20,6 +20,7 @@
 //! worker is still alive while its child's run ends) are skipped when gone, and looked at
 //! again as what they now are.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -31,7 +32,7 @@ use rustix::io::Errno;
 use serde::Serialize;
 
 use super::{remove, Kind};
-use crate::plan::ProtectedArea;
+use crate::plan::{BoundPath, ProtectedArea};
 
 /// How many directories the walk holds open at once (the depth it checks).
 pub const MAX_DEPTH: usize = 128;
@@ -39,6 +40,8 @@ pub const MAX_DEPTH: usize = 128;
 pub const MAX_ENTRIES: u64 = 4_000_000;
 /// How many items a report keeps (the counts go on beyond it).
 pub const KEPT: usize = 100;
+/// How many existing protected paths [`existing`] notes (beyond them, they are moved).
+pub const KEPT_EXISTING: usize = 100_000;
 /// Where the quarantine lives in an area.
 pub const DIR: &str = ".workcell/quarantine";
 /// The longest path a report shows of an item.
@@ -114,11 +117,32 @@ pub fn sweep(area: &ProtectedArea, run_id: &str) -> Report {
         return Report { incomplete: Some("the area was not held open, so it could not be checked".into()), ..report };
     };
     let report = Report { host: held.current_path().map(|p| p.to_string_lossy().into_owned()), ..report };
-    let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report };
+    let bound = area.bound.iter().map(|b| (b.path.trim_start_matches("./").trim_matches('/'), b.identity)).collect();
+    let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report, found: None, bound };
     if let Err(e) = s.walk() {
         s.report.incomplete = Some(format!("cannot read the area: {e}"));
     }
     s.report
+}
+
+/// The protected paths in `area` now (before a run), with their identities, as the same
+/// walk finds them (at most [`KEPT_EXISTING`]); moves nothing. A path found here and still
+/// the same object after the run is not moved by [`sweep`].
+pub fn existing(area: &ProtectedArea) -> Vec<BoundPath> {
+    let Some(held) = &area.held else { return Vec::new() };
+    let mut s = Sweep {
+        area,
+        run_id: "",
+        root: held.0.as_fd(),
+        quarantine: None,
+        seen: 0,
+        next: 1,
+        report: Report::default(),
+        found: Some(Vec::new()),
+        bound: HashMap::new(),
+    };
+    let _ = s.walk();
+    s.found.unwrap_or_default()
 }
 
 struct Sweep<'a> {
@@ -131,6 +155,10 @@ struct Sweep<'a> {
     /// The number of the next moved item.
     next: u64,
     report: Report,
+    /// Collecting what exists (for [`existing`]) instead of moving it.
+    found: Option<Vec<BoundPath>>,
+    /// The area's bound paths (relative, normalised) and their identities.
+    bound: HashMap<&'a str, (u64, u64)>,
 }
 
 /// This run's quarantine directory, and its identity (device, inode).
@@ -244,9 +272,8 @@ impl Sweep<'_> {
 
     /// Whether `rel` is a path that was bound read-only at launch and is still that object.
     fn was_bound(&self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> bool {
-        let same_path = |p: &str| p.trim_start_matches("./").trim_matches('/').as_bytes() == rel;
-        let Some(b) = self.area.bound.iter().find(|b| same_path(&b.path)) else { return false };
-        rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == b.identity)
+        let Some(id) = std::str::from_utf8(rel).ok().and_then(|r| self.bound.get(r)) else { return false };
+        rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == *id)
     }
 
     /// Whether `dir` is this run's own quarantine (not walked: what is there was moved by
@@ -258,6 +285,17 @@ impl Sweep<'_> {
 
     /// Moves `name` beneath `parent` into the quarantine; removes it when that fails.
     fn neutralise(&mut self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8], why: Why) {
+        if let Some(found) = &mut self.found {
+            // Before the run nothing is moved: a protected path is noted, the rest (too
+            // deep, unreadable) is judged after the run.
+            let (Why::Protected { entry }, Ok(path)) = (why, std::str::from_utf8(rel)) else { return };
+            if found.len() < KEPT_EXISTING {
+                if let Ok(st) = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    found.push(BoundPath { path: path.to_string(), entry, identity: (st.st_dev, st.st_ino) });
+                }
+            }
+            return;
+        }
         self.report.total += 1;
         let outcome = match self.move_aside(parent, name, rel) {
             Ok(to) => Outcome::Quarantined { to },

@@ -151,3 +151,23 @@ fn names_are_bounded_and_plain() {
     assert!(n.len() <= NAME_MAX && n.starts_with("0007-"), "{n}");
     assert_eq!(item_name(1, b"sub/.git/config"), "0001-sub%2F.git%2Fconfig");
 }
+
+#[test]
+fn what_existed_before_the_run_stays() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    write(r, ".git/config");
+    write(r, ".git/hooks/pre-commit.sample");
+    write(r, "sub/.envrc");
+    let mut a = area(r);
+    a.bound = existing(&a);
+    assert_eq!(a.bound.len(), 3, "{:?}", a.bound);
+    // The worker adds one, and swaps one for a new file under the same name.
+    write(r, ".envrc");
+    fs::remove_file(r.join("sub/.envrc")).unwrap();
+    write(r, "sub/.envrc");
+    let report = sweep(&a, "RUN");
+    let moved: Vec<&str> = report.items.iter().map(|i| i.path.as_str()).collect();
+    assert!(moved.contains(&".envrc") && moved.len() <= 2, "{moved:?}");
+    assert!(r.join(".git/config").exists() && r.join(".git/hooks/pre-commit.sample").exists());
+}

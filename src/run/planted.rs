@@ -20,7 +20,8 @@ pub const LISTED: usize = 20;
 /// Stand-in for the plan's own list of protected areas (part A of issue 22 fills
 /// `LaunchPlan::protected` with the paths bound read-only at launch): until it does, each
 /// writable, bind-delivered directory mount of the plan is an area with the default
-/// entries and nothing bound. Mounts beneath another writable mount's directory (the
+/// entries, and the protected paths that exist now as its `bound` (not bound read-only
+/// here: the worker can still change them in place; it is part A that binds them). Mounts beneath another writable mount's directory (the
 /// control files' pins, a nested zone) are swept as part of it.
 pub(super) fn stand_in_areas(plan: &mut LaunchPlan) {
     if !plan.protected.is_empty() {
@@ -37,14 +38,16 @@ pub(super) fn stand_in_areas(plan: &mut LaunchPlan) {
         .filter(|m| !writable.iter().any(|o| o.source != m.source && m.source.starts_with(&o.source)))
         .map(|m| {
             let protection = crate::hostrun::Protection::default();
-            ProtectedArea {
+            let mut area = ProtectedArea {
                 target: m.target.clone(),
                 held: m.held.clone(),
                 entries: protection.entries().to_vec(),
                 unprotected: Vec::new(),
                 bound: Vec::new(),
                 protection,
-            }
+            };
+            area.bound = quarantine::existing(&area);
+            area
         })
         .collect();
     plan.protected = areas;
