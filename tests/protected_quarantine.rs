@@ -46,7 +46,11 @@ impl Scratch {
         let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
             .current_dir(self.proj())
             .env_remove("RUST_LOG")
-            .args(["run", "--backend", backend])
+            .arg("run")
+            .args(match backend.split_once('+') {
+                Some((backend, runtime)) => vec!["--backend", backend, "--runtime", runtime],
+                None => vec!["--backend", backend],
+            })
             .args(args)
             .output()
             .expect("start workcell");
@@ -197,6 +201,8 @@ mod body {
     }
 
     pub fn mcp_shell_calls_are_swept(backend: &str) {
+        // `workcell mcp` takes no --runtime: under gVisor the body runs on plain docker.
+        let backend = backend.split('+').next().unwrap_or(backend);
         if !Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|st| st.success()) {
             assert!(std::env::var_os("CI").is_none(), "the mcp Python package is required in CI");
             return;
@@ -275,3 +281,5 @@ macro_rules! backend_suite {
 
 backend_suite!(bwrap, "bwrap");
 backend_suite!(docker, "docker");
+// Under gVisor (`WORKCELL_REQUIRE_RUNSC=1` where `.ci/setup-runsc` installed it).
+backend_suite!(runsc, "docker+runsc");
