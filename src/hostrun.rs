@@ -16,6 +16,9 @@
 
 use std::path::{Component, Path};
 
+pub mod quarantine;
+mod remove;
+
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// The entries protected in every writable area unless a zone turns one off (`unprotect:`).
@@ -53,6 +56,19 @@ pub const DEFAULTS: &[&str] = &[
 
 /// The entry that covers a non-directory `.git` only.
 const GIT_POINTER: &str = ".git";
+
+/// What git reads and runs from a git directory, whatever the directory is called (a bare
+/// repository, a `--separate-git-dir`, a worktree's): protected in every one.
+pub const GIT_DIR_INSIDE: &[&str] = &["config", "hooks", "commondir", "config.worktree"];
+
+/// True when `dir` may be a git directory as git recognises one: `HEAD`, and `objects` or
+/// `commondir` (a linked worktree's). Any entry of those names counts, a link too, dangling
+/// or not: nothing is followed, and a wider answer only protects more. (git also takes a
+/// directory holding these as the repository when run inside it, with no `.git` at all.)
+pub fn is_git_dir(dir: std::os::fd::BorrowedFd<'_>) -> bool {
+    let exists = |n: &std::ffi::CStr| rustix::fs::statat(dir, n, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).is_ok();
+    exists(c"HEAD") && (exists(c"objects") || exists(c"commondir"))
+}
 
 /// What a path is, where that decides a match (the `.git` entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -299,15 +299,23 @@ fn plan_shows_protection() {
 fn links_are_not_bound_or_followed() {
     let p = Proj::new(&format!("sandbox:\n  zones:\n    data: {{mode: rw, {PREAPPROVED}}}\n"));
     let repo = p.repo("data");
-    std::fs::rename(repo.join(".git/hooks"), repo.join("shared-hooks")).expect("mv");
-    std::os::unix::fs::symlink("../shared-hooks", repo.join(".git/hooks")).expect("link");
+    // A link into a protected place elsewhere is not followed by the walk.
     let outside = p.dir.parent().expect("parent").join("outside");
     std::fs::create_dir_all(outside.join("deep/.git/hooks")).expect("mkdir");
     std::os::unix::fs::symlink(&outside, repo.join("elsewhere")).expect("link");
     let plan = p.plan().expect("plan");
-    let bound: Vec<&str> = plan.protected[0].bound.iter().map(|b| b.path.as_str()).collect();
-    assert_eq!(bound, [".git/config"], "{bound:?}");
+    let mut bound: Vec<&str> = plan.protected[0].bound.iter().map(|b| b.path.as_str()).collect();
+    bound.sort();
+    assert_eq!(bound, [".git/config", ".git/hooks"], "{bound:?}");
     assert!(plan.mounts.iter().all(|m| !m.source.starts_with(&outside)), "{:?}", plan.mounts);
+    // A protected path that is itself a link cannot be kept read-only: the run is refused,
+    // saying how to keep it.
+    std::fs::rename(repo.join(".git/hooks"), repo.join("shared-hooks")).expect("mv");
+    std::os::unix::fs::symlink("../shared-hooks", repo.join(".git/hooks")).expect("link");
+    let e = p.plan().expect_err("a linked .git/hooks was accepted");
+    let msg = e.to_string();
+    assert!(matches!(e, PlanError::Protected { .. }), "{msg}");
+    assert!(msg.contains(".git/hooks") && msg.contains("symbolic link") && msg.contains("unprotect"), "{msg}");
 }
 
 /// A protected file with another name (a hard link made before the run) could be written

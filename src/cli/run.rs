@@ -70,7 +70,8 @@ pub struct RunArgs {
     /// it (without a terminal to ask on, nothing is published).
     #[arg(long)]
     pub review: bool,
-    /// Print the delivery summaries of `delivery: copy` zones as JSON lines (on stderr).
+    /// Print the delivery summaries of `delivery: copy` zones, and what was moved into the
+    /// quarantine (files the host runs), as JSON lines (on stderr).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

@@ -21,7 +21,7 @@ const MAX_GIT_DIRS: usize = 64;
 /// Longest pointer file read.
 const MAX_POINTER: usize = 4096;
 /// What git reads from a git directory and runs or obeys.
-pub(super) const INSIDE: &[&str] = &["config", "hooks", "commondir", "config.worktree"];
+pub(super) const INSIDE: &[&str] = crate::hostrun::GIT_DIR_INSIDE;
 
 /// Adds to each walked mount the protected paths of the git directories that the pointer
 /// and `commondir` files found in any of them name.

@@ -10,10 +10,10 @@
 //! A git directory named by a `.git` pointer or `commondir` file is protected wherever it
 //! lies in a writable mount, whatever its name (`gitdir`).
 //!
-//! A protected path that is a symbolic link is not bound (a bind follows the link, and the
-//! worker could replace a link in a writable directory anyway). It is left out of
-//! [`ProtectedArea::bound`], so the check after the run treats it as it treats one the
-//! worker created: it is moved aside.
+//! A protected path that is a symbolic link refuses the run: a bind would follow the link,
+//! the worker could replace a link in a writable directory anyway, and the sweep after the
+//! run would move a person's own link aside (`.bashrc` -> dotfiles) as if a worker had
+//! planted it. The refusal says how to keep it (`unprotect:`) or replace it.
 //!
 //! A regular file with more than one hard link is refused: a read-only bind of one name
 //! does not stop writes through another name elsewhere in a writable zone, and such a link
@@ -30,10 +30,12 @@ use super::{BoundPath, PlanMount, ProtectedArea};
 use crate::hostrun::{Kind, Protection};
 use crate::sandbox::{Delivery, Sandbox};
 
-/// Entries (files, directories, links) the walk of one run looks at, at most.
-pub const MAX_ENTRIES: usize = 500_000;
-/// Directories below a mount the walk goes, at most.
-pub const MAX_DEPTH: usize = 64;
+/// Entries (files, directories, links) the walk of one run looks at, at most: the same
+/// bound as the sweep after a run, so a zone it accepted is not refused by the next plan.
+pub const MAX_ENTRIES: usize = crate::hostrun::quarantine::MAX_ENTRIES as usize;
+/// Directories below a mount the walk goes, at most: the sweep moves anything deeper aside,
+/// so what a worker leaves never refuses the next run.
+pub const MAX_DEPTH: usize = crate::hostrun::quarantine::MAX_DEPTH;
 /// Protected paths one run binds, at most (each holds a descriptor until the launch).
 pub const MAX_BOUND: usize = 256;
 
@@ -54,6 +56,13 @@ pub enum ProtectError {
         .1
     )]
     HardLinked(String, u64),
+    #[error(
+        "'{}' is a symbolic link (protected by '{}'): a link cannot be bound read-only, and a worker could replace it or change what it leads to, which git or the shell would then run. Replace the link by the file it names, or, if you trust where it leads, add `unprotect: ['{}']` to the zone",
+        crate::term::escape(.0),
+        .1,
+        .1
+    )]
+    Link(String, String),
 }
 
 /// The protected areas of the writable, bind-delivered mounts of `zones`, and the mounts
@@ -101,8 +110,11 @@ pub(super) fn protected_areas(
                     bound.push(BoundPath { path: rel.to_string_lossy().into_owned(), entry, identity: p.identity });
                     binds.push(p);
                 }
-                // Left unbound: see the module's comment.
-                Opened::Link | Opened::Missing => {}
+                // A link cannot be bound over itself and the sweep after the run would move
+                // a person's own link aside: refused before anything starts instead.
+                Opened::Link => return Err(refused(ProtectError::Link(rel.to_string_lossy().into_owned(), entry))),
+                // Gone since the walk: nothing to keep; the sweep judges whatever is there.
+                Opened::Missing => {}
             }
         }
         let unprotected = sandbox.host_protection().entries().iter().filter(|e| !w.protection.entries().contains(e)).cloned().collect();

@@ -6,6 +6,7 @@
 //! ends when the session is dropped.
 
 mod delivery;
+pub mod planted;
 
 use std::sync::{Arc, OnceLock};
 
@@ -238,9 +239,13 @@ impl Session {
             broker: self.broker.as_ref().map(|b| b as &dyn backend::OnDemand),
             egress: self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy),
         };
-        let result = backend::run(self.selected, &self.plan, output, attached);
+        let mut result = backend::run(self.selected, &self.plan, output, attached);
         // Stopped first, so that the lines of connections still open come before run_end.
         drop(self.egress.take());
+        // The worker is gone, however it ended: what it planted for the host to run goes
+        // before anyone (the caller, the person) touches the zones again.
+        let swept = planted::sweep(&self.plan);
+        planted::tell(&swept, &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
         self.deliver(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().is_ok_and(|f| f.timed_out));
         self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)

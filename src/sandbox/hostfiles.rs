@@ -65,14 +65,6 @@ pub(super) fn root_identity(dir: &Dir) -> Option<(u64, u64)> {
     identity(dir)
 }
 
-/// True when `dir` may be a git directory as git recognises one: `HEAD`, and `objects` or
-/// `commondir` (a linked worktree's). Any entry of those names counts, a link too, dangling
-/// or not: nothing is followed, and a wider answer only protects more.
-fn is_git_dir(dir: BorrowedFd<'_>) -> bool {
-    let exists = |n: &std::ffi::CStr| rustix::fs::statat(dir, n, AtFlags::SYMLINK_NOFOLLOW).is_ok();
-    exists(c"HEAD") && (exists(c"objects") || exists(c"commondir"))
-}
-
 /// One directory between the zone's root and the judged directory.
 struct Level {
     name: OsString,
@@ -144,7 +136,7 @@ fn walk(dir: BorrowedFd<'_>, root: (u64, u64), hints: &[String]) -> Result<(Vec<
         }
         let hint = hints.len().checked_sub(levels.len() + 1).map(|i| hints[i].as_str());
         let name = name_in(parent.as_fd(), id, hint)?;
-        levels.push(Level { name, id, git: is_git_dir(cur.as_fd()) });
+        levels.push(Level { name, id, git: crate::hostrun::is_git_dir(cur.as_fd()) });
         cur = parent;
     }
     Err(Lost::NotInZone)
@@ -212,7 +204,7 @@ impl Sandbox {
         };
         // Every name as it is on disk, and as it is judged (git directories as `.git`).
         // A zone that is a repository's `.git`, or a bare repository.
-        let root_git = is_git_dir(root_fd.as_fd());
+        let root_git = crate::hostrun::is_git_dir(root_fd.as_fd());
         let mut physical: Vec<OsString> = Vec::new();
         let mut judged = PathBuf::new();
         if root_git {

@@ -1,0 +1,454 @@
+//! Files the host runs that a worker left behind. After a run, every writable area is walked
+//! beneath its held handle, and each protected path the worker created or swapped in (one
+//! that is not a path bound read-only at launch, with the identity it had) is moved aside
+//! into `.workcell/quarantine/RUN_ID/` of that area, under a name no entry matches. When it
+//! cannot be moved, it is removed; it is never left in place silently.
+//!
+//! The walk never follows a link and never names a path from the area's root: each
+//! directory is opened beneath its parent's handle with `O_NOFOLLOW | O_DIRECTORY`, the
+//! kind of an entry comes from the directory listing (a `stat` only where the file system
+//! does not say). It is iterative, and bounded against a hostile tree:
+//!
+//! - at most [`MAX_DEPTH`] directories are open at once: a directory deeper than that is
+//!   not checked but moved into the quarantine whole (fail closed), and reported;
+//! - at most [`MAX_ENTRIES`] entries are looked at: past that, the walk stops and the
+//!   report says the area was not fully checked (a tree that big is not moved: it is more
+//!   likely the person's data than a plant).
+//!
+//! A directory that cannot be opened (a worker's `chmod 000`, when workcell is not root) is
+//! moved into the quarantine whole as well. Entries renamed while the walk runs (a parent
+//! worker is still alive while its child's run ends) are skipped when gone, and looked at
+//! again as what they now are.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags};
+use rustix::io::Errno;
+use serde::Serialize;
+
+use super::{remove, Kind};
+use crate::plan::{BoundPath, ProtectedArea};
+
+/// How many directories the walk holds open at once (the depth it checks).
+pub const MAX_DEPTH: usize = 128;
+/// How many entries the walk looks at in one area before it stops.
+pub const MAX_ENTRIES: u64 = 4_000_000;
+/// How many items a report keeps (the counts go on beyond it).
+pub const KEPT: usize = 100;
+/// How many existing protected paths [`existing`] notes (beyond them, they are moved).
+pub const KEPT_EXISTING: usize = 100_000;
+/// Where the quarantine lives in an area.
+pub const DIR: &str = ".workcell/quarantine";
+/// The longest path a report shows of an item.
+pub const PATH_SHOWN: usize = 512;
+/// The longest name given to a moved item (file systems allow 255 bytes).
+const NAME_MAX: usize = 200;
+
+/// Why an item was moved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum Why {
+    /// A protected path, and the entry that protects it.
+    Protected { entry: String },
+    /// A directory deeper than the walk checks.
+    TooDeep,
+    /// A directory the walk could not open or read.
+    Unreadable { error: String },
+}
+
+/// What became of an item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Moved to `to` (relative to the area).
+    Quarantined { to: String },
+    /// Removed, because it could not be moved (`error` says why not).
+    Removed { error: String },
+    /// Still in place: it could be neither moved nor removed.
+    Left { error: String },
+}
+
+/// One path found and dealt with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Item {
+    /// Relative to the area, as the file system has it (lossy UTF-8; escape to show it).
+    pub path: String,
+    #[serde(flatten)]
+    pub why: Why,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// What the check of one area found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The area's mount target.
+    pub target: String,
+    /// The area's directory on the host, when the kernel still has a name for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The first [`KEPT`] items.
+    pub items: Vec<Item>,
+    /// How many items there were in all.
+    pub total: u64,
+    /// How many of them are still in place.
+    pub left: u64,
+    /// Why the area was not fully checked, when it was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+}
+
+impl Report {
+    /// Whether there is anything to tell.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0 && self.incomplete.is_none()
+    }
+}
+
+/// Checks `area` after run `run_id`: moves aside every protected path the worker left.
+pub fn sweep(area: &ProtectedArea, run_id: &str) -> Report {
+    let report = Report { target: area.target.clone(), ..Report::default() };
+    let Some(held) = &area.held else {
+        return Report { incomplete: Some("the area was not held open, so it could not be checked".into()), ..report };
+    };
+    let report = Report { host: held.current_path().map(|p| p.to_string_lossy().into_owned()), ..report };
+    let bound = area.bound.iter().map(|b| (b.path.trim_start_matches("./").trim_matches('/'), b.identity)).collect();
+    let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report, found: None, bound };
+    if let Err(e) = s.walk() {
+        s.report.incomplete = Some(format!("cannot read the area: {e}"));
+    }
+    s.report
+}
+
+/// The protected paths in `area` now (before a run), with their identities, as the same
+/// walk finds them (at most [`KEPT_EXISTING`]); moves nothing. A path found here and still
+/// the same object after the run is not moved by [`sweep`].
+pub fn existing(area: &ProtectedArea) -> Vec<BoundPath> {
+    let Some(held) = &area.held else { return Vec::new() };
+    let mut s = Sweep {
+        area,
+        run_id: "",
+        root: held.0.as_fd(),
+        quarantine: None,
+        seen: 0,
+        next: 1,
+        report: Report::default(),
+        found: Some(Vec::new()),
+        bound: HashMap::new(),
+    };
+    let _ = s.walk();
+    s.found.unwrap_or_default()
+}
+
+struct Sweep<'a> {
+    area: &'a ProtectedArea,
+    run_id: &'a str,
+    root: BorrowedFd<'a>,
+    /// This run's quarantine directory and its identity, made on first need (or why not).
+    quarantine: Option<Result<Made, String>>,
+    seen: u64,
+    /// The number of the next moved item.
+    next: u64,
+    report: Report,
+    /// Collecting what exists (for [`existing`]) instead of moving it.
+    found: Option<Vec<BoundPath>>,
+    /// The area's bound paths (relative, normalised) and their identities.
+    bound: HashMap<&'a str, (u64, u64)>,
+}
+
+/// This run's quarantine directory, and its identity (device, inode).
+type Made = (OwnedFd, (u64, u64));
+
+/// A directory being listed, and the length of its path in the walk's path buffer.
+struct Frame {
+    dir: Dir,
+    rel_len: usize,
+}
+
+impl Sweep<'_> {
+    fn walk(&mut self) -> io::Result<()> {
+        let mut stack = vec![Frame { dir: list(self.root)?, rel_len: 0 }];
+        let mut rel: Vec<u8> = Vec::new();
+        self.git_dir_inside(stack[0].dir.fd()?, &rel);
+        loop {
+            let depth = stack.len();
+            let Some(top) = stack.last_mut() else { break };
+            let entry = match top.dir.read() {
+                None => {
+                    stack.pop();
+                    continue;
+                }
+                // A directory that stops reading part-way: what it still holds is unknown.
+                Some(Err(e)) => {
+                    let dir = stack.pop().map(|f| f.rel_len);
+                    self.unreadable_below(&stack, &mut rel, dir, e);
+                    continue;
+                }
+                Some(Ok(e)) => e,
+            };
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
+            }
+            self.seen += 1;
+            if self.seen > MAX_ENTRIES {
+                self.report.incomplete = Some(format!("the check stopped after {MAX_ENTRIES} entries; what lies beyond was not looked at"));
+                return Ok(());
+            }
+            rel.truncate(top.rel_len);
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(name.to_bytes());
+            let parent = top.dir.fd()?;
+            let mut kind = match entry.file_type() {
+                FileType::Directory => Kind::Dir,
+                FileType::Unknown => match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Kind::Dir,
+                    Ok(_) => Kind::Other,
+                    Err(_) => continue,
+                },
+                _ => Kind::Other,
+            };
+            loop {
+                if let Some(entry) = self.area.protection.matches(Path::new(OsStr::from_bytes(&rel)), kind) {
+                    if !self.was_bound(parent, name, &rel) {
+                        let entry = entry.to_string();
+                        self.neutralise(parent, name, &rel, Why::Protected { entry });
+                    }
+                    break;
+                }
+                if kind == Kind::Other {
+                    break;
+                }
+                if depth >= MAX_DEPTH {
+                    self.neutralise(parent, name, &rel, Why::TooDeep);
+                    break;
+                }
+                match open_dir(parent, name) {
+                    Ok(fd) => {
+                        if self.is_quarantine(&fd) {
+                            break;
+                        }
+                        match Dir::new(fd) {
+                            Ok(dir) => {
+                                let rel_len = rel.len();
+                                self.git_dir_inside(dir.fd()?, &rel);
+                                stack.push(Frame { dir, rel_len });
+                            }
+                            Err(e) => self.neutralise(parent, name, &rel, Why::Unreadable { error: e.to_string() }),
+                        }
+                    }
+                    // Gone meanwhile.
+                    Err(Errno::NOENT) => {}
+                    // Swapped for a link or a file meanwhile: judged again as what it is.
+                    Err(Errno::NOTDIR | Errno::LOOP) => {
+                        kind = Kind::Other;
+                        continue;
+                    }
+                    Err(e) => self.neutralise(parent, name, &rel, Why::Unreadable { error: e.to_string() }),
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// A directory (at `rel[..len]`) failed part-way through its listing: it is moved whole.
+    fn unreadable_below(&mut self, stack: &[Frame], rel: &mut Vec<u8>, len: Option<usize>, e: Errno) {
+        let (Some(len), Some(parent)) = (len, stack.last()) else {
+            self.report.incomplete = Some(format!("cannot list the area: {e}"));
+            return;
+        };
+        rel.truncate(len);
+        let name_start = rel.iter().rposition(|b| *b == b'/').map_or(0, |i| i + 1);
+        let (Ok(name), Ok(pfd)) = (CString::new(&rel[name_start..]), parent.dir.fd()) else { return };
+        let path = rel.clone();
+        self.neutralise(pfd, &name, &path, Why::Unreadable { error: e.to_string() });
+    }
+
+    /// A git directory by its contents, whatever its name (a bare repository the worker made,
+    /// where git run inside it reads its `config`): what git reads from it is protected as
+    /// in a `.git`, unless it was bound at launch.
+    fn git_dir_inside(&mut self, dir: BorrowedFd<'_>, rel: &[u8]) {
+        if !crate::hostrun::is_git_dir(dir) {
+            return;
+        }
+        for inside in crate::hostrun::GIT_DIR_INSIDE {
+            let Ok(name) = CString::new(*inside) else { continue };
+            if rustix::fs::statat(dir, &name, AtFlags::SYMLINK_NOFOLLOW).is_err() {
+                continue;
+            }
+            let mut path = rel.to_vec();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(inside.as_bytes());
+            if !self.was_bound(dir, &name, &path) {
+                self.neutralise(dir, &name, &path, Why::Protected { entry: "a git directory's ".to_string() + inside });
+            }
+        }
+    }
+
+    /// Whether `rel` is a path that was bound read-only at launch and is still that object.
+    fn was_bound(&self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> bool {
+        let Some(id) = std::str::from_utf8(rel).ok().and_then(|r| self.bound.get(r)) else { return false };
+        rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == *id)
+    }
+
+    /// Whether `dir` is this run's own quarantine (not walked: what is there was moved by
+    /// this walk, under names no entry matches, or is a subtree it did not check).
+    fn is_quarantine(&self, dir: &OwnedFd) -> bool {
+        let Some(Ok((_, id))) = &self.quarantine else { return false };
+        rustix::fs::fstat(dir).is_ok_and(|st| (st.st_dev, st.st_ino) == *id)
+    }
+
+    /// Moves `name` beneath `parent` into the quarantine; removes it when that fails.
+    fn neutralise(&mut self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8], why: Why) {
+        if let Some(found) = &mut self.found {
+            // Before the run nothing is moved: a protected path is noted, the rest (too
+            // deep, unreadable) is judged after the run.
+            let (Why::Protected { entry }, Ok(path)) = (why, std::str::from_utf8(rel)) else { return };
+            if found.len() < KEPT_EXISTING {
+                if let Ok(st) = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                    found.push(BoundPath { path: path.to_string(), entry, identity: (st.st_dev, st.st_ino) });
+                }
+            }
+            return;
+        }
+        self.report.total += 1;
+        let outcome = match self.move_aside(parent, name, rel) {
+            Ok(to) => Outcome::Quarantined { to },
+            Err(moving) => match remove::remove_tree(parent, name) {
+                Ok(()) => Outcome::Removed { error: moving.to_string() },
+                Err(e) => {
+                    self.report.left += 1;
+                    Outcome::Left { error: format!("cannot move it ({moving}) nor remove it ({e})") }
+                }
+            },
+        };
+        if self.report.items.len() < KEPT {
+            self.report.items.push(Item { path: shown(rel), why, outcome });
+        }
+    }
+
+    fn move_aside(&mut self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> io::Result<String> {
+        if self.quarantine.is_none() {
+            self.quarantine = Some(make_quarantine(self.root, self.run_id).map_err(|e| e.to_string()));
+        }
+        let q = match &self.quarantine {
+            Some(Ok((fd, _))) => fd.as_fd(),
+            Some(Err(e)) => return Err(io::Error::other(format!("cannot make {DIR}/{}: {e}", self.run_id))),
+            None => unreachable!("made above"),
+        };
+        let moved = item_name(self.next, rel);
+        self.next += 1;
+        let to = format!("{DIR}/{}/{moved}", self.run_id);
+        // An added entry could match the quarantine's own names (`*`): such a name is not used.
+        if [Kind::Dir, Kind::Other].iter().any(|k| self.area.protection.matches(Path::new(&to), *k).is_some()) {
+            return Err(io::Error::other(format!("{to} would itself be protected")));
+        }
+        rustix::fs::renameat_with(parent, name, q, moved.as_str(), RenameFlags::NOREPLACE)?;
+        Ok(to)
+    }
+}
+
+/// `rel` as text for a report: lossy UTF-8, at most [`PATH_SHOWN`] bytes (then `…`).
+fn shown(rel: &[u8]) -> String {
+    let mut s = String::from_utf8_lossy(rel).into_owned();
+    if s.len() > PATH_SHOWN {
+        let mut cut = PATH_SHOWN;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// `NNNN-` and `rel` with every byte but letters, digits, `.`, `_` and `-` written `%XX`:
+/// no `/`, no control character, bounded, and never a protected name by itself.
+pub fn item_name(n: u64, rel: &[u8]) -> String {
+    let mut s = format!("{n:04}-");
+    for &b in rel {
+        if s.len() + 3 > NAME_MAX {
+            s.push('~');
+            break;
+        }
+        if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s
+}
+
+/// Opens the directory `name` beneath `dir` without following a link.
+pub(super) fn open_dir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+}
+
+/// A listing of the directory `dir` (which may be an `O_PATH` handle, as the plan holds),
+/// through a descriptor of its own.
+pub(super) fn list(dir: BorrowedFd<'_>) -> io::Result<Dir> {
+    Ok(Dir::new(open_dir(dir, c".")?)?)
+}
+
+/// `.workcell/quarantine/RUN_ID` beneath `root`, one component at a time, owned like `root`.
+fn make_quarantine(root: BorrowedFd<'_>, run_id: &str) -> io::Result<Made> {
+    let st = rustix::fs::fstat(root)?;
+    let owner = (st.st_uid, st.st_gid);
+    let run = CString::new(run_id).map_err(io::Error::other)?;
+    let workcell = dir_beneath(root, c".workcell", owner, false, run_id)?;
+    let quarantine = dir_beneath(workcell.as_fd(), c"quarantine", owner, false, run_id)?;
+    let dir = dir_beneath(quarantine.as_fd(), &run, owner, true, run_id)?;
+    let st = rustix::fs::fstat(&dir)?;
+    Ok((dir, (st.st_dev, st.st_ino)))
+}
+
+/// The directory `name` beneath `parent`: an existing one is used unless `fresh`; anything
+/// else there (a link or file the worker planted, or for `fresh` a directory it made
+/// ahead) is set aside first, never followed.
+fn dir_beneath(parent: BorrowedFd<'_>, name: &CStr, owner: (u32, u32), fresh: bool, run_id: &str) -> io::Result<OwnedFd> {
+    for _ in 0..3 {
+        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
+            Ok(()) => {
+                let fd = open_dir(parent, name)?;
+                // Made by workcell (perhaps as root): the area's owner can look and clean up.
+                let _ = rustix::fs::fchown(&fd, Some(rustix::fs::Uid::from_raw(owner.0)), Some(rustix::fs::Gid::from_raw(owner.1)));
+                return Ok(fd);
+            }
+            Err(Errno::EXIST) if !fresh => match open_dir(parent, name) {
+                Ok(fd) => return Ok(fd),
+                Err(Errno::LOOP | Errno::NOTDIR) => set_aside(parent, name, run_id)?,
+                Err(e) => return Err(e.into()),
+            },
+            Err(Errno::EXIST) => set_aside(parent, name, run_id)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(io::Error::other("it kept being replaced while it was made"))
+}
+
+/// Renames `name` to `NAME.moved-RUN_ID` beside itself (a link is renamed, not followed); a
+/// non-directory that cannot be renamed is unlinked.
+fn set_aside(parent: BorrowedFd<'_>, name: &CStr, run_id: &str) -> io::Result<()> {
+    let mut aside = name.to_bytes().to_vec();
+    aside.extend_from_slice(format!(".moved-{run_id}").as_bytes());
+    let aside = CString::new(aside).map_err(io::Error::other)?;
+    match rustix::fs::renameat_with(parent, name, parent, &aside, RenameFlags::NOREPLACE) {
+        Ok(()) | Err(Errno::NOENT) => Ok(()),
+        Err(_) => Ok(rustix::fs::unlinkat(parent, name, AtFlags::empty())?),
+    }
+}
+
+#[cfg(test)]
+#[path = "quarantine_tests.rs"]
+mod tests;

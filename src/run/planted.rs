@@ -1,0 +1,84 @@
+//! The run's side of files the host runs (`crate::hostrun`): after the worker is gone,
+//! whatever the way it ended, every protected area of the plan is swept
+//! ([`quarantine::sweep`]) and what was moved aside is told: on stderr (or, for a captured
+//! run, after the worker's stderr, where the agent that called it reads), as a JSON line
+//! with `--json`, and in one `quarantine` audit record.
+
+use std::borrow::Cow;
+
+use serde_json::json;
+
+use crate::backend::{Finished, Output};
+use crate::hostrun::quarantine::{self, Outcome, Report, Why, DIR, MAX_DEPTH};
+use crate::plan::LaunchPlan;
+use crate::tools::audit::AuditLog;
+
+/// How many items are told one per line (per area); the rest are counted.
+pub const LISTED: usize = 20;
+
+/// Sweeps every protected area of `plan`; returns the reports that say something.
+pub(super) fn sweep(plan: &LaunchPlan) -> Vec<Report> {
+    plan.protected.iter().map(|a| quarantine::sweep(a, &plan.run_id)).filter(|r| !r.is_empty()).collect()
+}
+
+/// Tells what `reports` found: into a captured run's stderr (after the worker's, past its
+/// cap), else on workcell's stderr (one JSON line with `json`); and in the audit log.
+pub(super) fn tell(
+    reports: &[Report],
+    run_id: &str,
+    output: Output,
+    json: bool,
+    result: &mut Result<Finished, crate::backend::BackendError>,
+    audit: &AuditLog,
+) {
+    if reports.is_empty() {
+        return;
+    }
+    // An agent reads a captured run's notes: it is told the paths it knows, never the host's.
+    let text: Vec<String> = reports.iter().flat_map(|r| lines(r, run_id, output == Output::Inherit)).collect();
+    match (output, result.as_mut()) {
+        (Output::Capture, Ok(finished)) => {
+            for line in &text {
+                finished.stderr.extend_from_slice(line.as_bytes());
+                finished.stderr.push(b'\n');
+            }
+        }
+        _ if json => eprintln!("{}", serde_json::to_string(&json!({"quarantine": {"run_id": run_id, "areas": reports}})).unwrap_or_default()),
+        _ => text.iter().for_each(|l| eprintln!("{l}")),
+    }
+    if let Err(e) = audit.record("quarantine", json!({"areas": reports})) {
+        eprintln!("workcell: cannot record the quarantine in the audit log: {e}");
+    }
+}
+
+/// The lines that tell one area's report (at most [`LISTED`] items, then a count); the
+/// area named by its host path (when known) if `host`, else by its path in the sandbox.
+pub fn lines(r: &Report, run_id: &str, host: bool) -> Vec<String> {
+    let target = crate::term::escape(if host { r.host.as_deref().unwrap_or(&r.target) } else { &r.target });
+    let mut out = Vec::new();
+    for item in r.items.iter().take(LISTED) {
+        let path = crate::term::escape(&item.path);
+        let why: Cow<'_, str> = match &item.why {
+            Why::Protected { entry } => {
+                format!("a file the host runs, protected as '{}'; see README \"Files the host runs\"", crate::term::escape(entry)).into()
+            }
+            Why::TooDeep => format!("deeper than {MAX_DEPTH} directories, so not checked").into(),
+            Why::Unreadable { error } => format!("a directory that could not be read ({}), so not checked", crate::term::escape(error)).into(),
+        };
+        out.push(match &item.outcome {
+            Outcome::Quarantined { to } => format!("workcell: moved aside {path} in {target} ({why}): now {}", crate::term::escape(to)),
+            Outcome::Removed { error } => format!("workcell: removed {path} in {target} ({why}): it could not be moved aside: {}", crate::term::escape(error)),
+            Outcome::Left { error } => {
+                format!("workcell: WARNING: {path} in {target} is still there ({why}): {}; remove it before you use the folder", crate::term::escape(error))
+            }
+        });
+    }
+    let told = r.items.len().min(LISTED) as u64;
+    if r.total > told {
+        out.push(format!("workcell: and {} more in {target}, in {DIR}/{run_id} (the audit log lists the first {})", r.total - told, quarantine::KEPT));
+    }
+    if let Some(why) = &r.incomplete {
+        out.push(format!("workcell: WARNING: {target} was not fully checked for files the host runs: {}", crate::term::escape(why)));
+    }
+    out
+}

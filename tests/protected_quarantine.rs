@@ -1,0 +1,288 @@
+//! Files the host runs, planted by a hostile worker in a writable zone that held none at
+//! launch (issue 22): after the run they are no longer where the host's tools look, they
+//! are in the zone's `.workcell/quarantine/RUN_ID/`, stderr and the audit log name them,
+//! and a host-side `git status` / `git checkout` as the zone's owner runs nothing of the
+//! worker's. The same bodies run on bwrap and docker.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use serde_json::Value;
+
+/// A project directory (`proj/`, the runs' cwd) with zones made on demand, and `outside/`
+/// beside it that no zone holds.
+struct Scratch {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        for d in ["proj", "outside"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(root.join("outside/keep.txt"), "untouched\n").expect("write");
+        support::give_to_worker(&root);
+        Scratch { _dir: dir, root }
+    }
+
+    fn proj(&self) -> PathBuf {
+        self.root.join("proj")
+    }
+
+    fn zone(&self, name: &str) -> PathBuf {
+        let p = self.proj().join(name);
+        std::fs::create_dir_all(&p).expect("mkdir");
+        support::give_to_worker(&p);
+        p
+    }
+
+    fn run(&self, backend: &str, args: &[&str]) -> Output {
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .current_dir(self.proj())
+            .env_remove("RUST_LOG")
+            .arg("run")
+            .args(match backend.split_once('+') {
+                Some((backend, runtime)) => vec!["--backend", backend, "--runtime", runtime],
+                None => vec!["--backend", backend],
+            })
+            .args(args)
+            .output()
+            .expect("start workcell");
+        eprintln!("workcell {args:?} -> {:?}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    fn audit(&self) -> Vec<Value> {
+        let log = std::fs::read_to_string(self.proj().join(".workcell/audit.jsonl")).unwrap_or_default();
+        log.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    fn outside_unchanged(&self) {
+        let names: Vec<_> = std::fs::read_dir(self.root.join("outside")).expect("outside").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("keep.txt")], "something was made outside the zone");
+    }
+}
+
+/// The one run id of `audit`'s `quarantine` records, and their items' paths.
+fn quarantined(audit: &[Value]) -> (String, Vec<String>) {
+    let recs: Vec<&Value> = audit.iter().filter(|e| e["event"] == "quarantine").collect();
+    assert_eq!(recs.len(), 1, "one quarantine record per run: {audit:?}");
+    let items = recs[0]["areas"].as_array().expect("areas").iter().flat_map(|a| a["items"].as_array().cloned().unwrap_or_default());
+    (recs[0]["run_id"].as_str().expect("run id").to_string(), items.map(|i| i["path"].as_str().unwrap_or("").to_string()).collect())
+}
+
+/// `git ARGS` in `dir` on the host, as the zone's owner, with no configuration of ours.
+fn host_git(dir: &Path, home: &Path, args: &[&str]) -> Output {
+    let uid = support::worker_uid().to_string();
+    let mut c = if rustix::process::geteuid().is_root() {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "git"]);
+        c
+    } else {
+        Command::new("git")
+    };
+    c.current_dir(dir).args(args).env("HOME", home).env("GIT_CONFIG_NOSYSTEM", "1").env_remove("GIT_DIR");
+    c.output().expect("git")
+}
+
+mod body {
+    use super::*;
+
+    pub fn planted_files_are_moved_aside(backend: &str) {
+        let s = Scratch::new();
+        let out = s.zone("out");
+        s.zone("home");
+        let marker = s.root.join("outside/RAN");
+        let outside = s.root.join("outside");
+        let hook = format!("#!/bin/sh\\ntouch {}\\n", marker.display());
+        // Each step as a hostile worker would: the .workcell link first, so that a careless
+        // quarantine would follow it out of the zone.
+        let script = format!(
+            "set -e; cd /out; ln -s {outside} .workcell; echo 'touch {m}' > .envrc; mkdir -p .vscode; \
+             echo '{{\"tasks\":[{{\"runOptions\":{{\"runOn\":\"folderOpen\"}}}}]}}' > .vscode/tasks.json; \
+             git init -q sub; cd sub; git config user.email w@x; git config user.name w; echo a > a; git add a; git commit -qm a; \
+             git branch other; git config core.fsmonitor 'touch {m}; false'; printf '{hook}' > .git/hooks/post-checkout; \
+             chmod +x .git/hooks/post-checkout; cd /out; git init -q hidden/src; mv hidden/src/.git hidden/g; \
+             printf '{hook}' > hidden/g/hooks/post-checkout; chmod +x hidden/g/hooks/post-checkout; mkdir p; \
+             printf 'gitdir: ../hidden/g\\n' > p/.git; git init -q --bare bare; git -C bare config core.pager 'touch {m}; cat'; \
+             echo 'touch {m}' >> /home/.bashrc; echo done",
+            outside = outside.display(),
+            m = marker.display(),
+        );
+        let o = s.run(backend, &["--zone", "out=./out:rw", "--zone", "home=./home:rw", "--", "sh", "-c", &script]);
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        // A git directory by its contents, whatever its name (git run inside a bare repository
+        // reads its config): its config and hooks go too.
+        for gone in [".envrc", ".vscode", "sub/.git/config", "sub/.git/hooks", "p/.git", "hidden/g/config", "hidden/g/hooks", "bare/config"] {
+            assert!(out.join(gone).symlink_metadata().is_err(), "{gone} stayed in place");
+            assert!(stderr.contains(&format!("moved aside {gone} in ")), "stderr names {gone}: {stderr}");
+        }
+        assert!(s.proj().join("home/.bashrc").symlink_metadata().is_err(), ".bashrc stayed");
+        assert!(stderr.contains("moved aside .bashrc in "), "{stderr}");
+        // The repository itself stays a repository: objects, refs, HEAD.
+        assert!(out.join("sub/.git/HEAD").is_file() && out.join("sub/.git/objects").is_dir());
+        let (run_id, items) = quarantined(&s.audit());
+        for p in [".envrc", ".vscode", "sub/.git/config", "sub/.git/hooks", "p/.git", ".bashrc"] {
+            assert!(items.iter().any(|i| i == p), "audit names {p}: {items:?}");
+        }
+        // In the zone's own quarantine (the planted .workcell link was set aside, not followed).
+        let q = out.join(".workcell/quarantine").join(&run_id);
+        assert!(std::fs::symlink_metadata(out.join(".workcell")).expect(".workcell").is_dir());
+        assert!(q.join("0001-.envrc").is_file() || std::fs::read_dir(&q).expect("quarantine").count() >= 5);
+        assert!(std::fs::read_dir(&q).expect("quarantine").any(|e| e.expect("e").file_name().to_string_lossy().ends_with("sub%2F.git%2Fhooks")));
+        assert!(s.proj().join("home/.workcell/quarantine").join(&run_id).is_dir());
+        s.outside_unchanged();
+        // The person's own git, on the host: nothing of the worker's runs.
+        for (dir, args) in [("sub", &["status"][..]), ("sub", &["checkout", "-q", "other"]), ("sub", &["checkout", "-q", "-"]), ("p", &["status"])] {
+            let g = host_git(&out.join(dir), &s.root, args);
+            eprintln!("git {args:?} in {dir}: {:?} {}", g.status.code(), String::from_utf8_lossy(&g.stderr));
+        }
+        assert!(!marker.exists(), "a host-side git ran the worker's hook or fsmonitor");
+        s.outside_unchanged();
+        // And the quarantine is inert for the next run: nothing new found there.
+        let o = s.run(backend, &["--zone", "out=./out:rw", "--", "true"]);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    pub fn an_existing_repository_stays_and_the_worker_commits(backend: &str) {
+        let s = Scratch::new();
+        let out = s.zone("out");
+        let g = host_git(&out, &s.root, &["init", "-q"]);
+        assert!(g.status.success());
+        let script = "cd /out && echo a > a && git add a && git -c user.name=w -c user.email=w@x commit -qm a && git log --oneline | wc -l";
+        let o = s.run(backend, &["--zone", "out=./out:rw", "--", "sh", "-c", script]);
+        assert_eq!(o.status.code(), Some(0), "the worker commits to its repository");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(out.join(".git/config").is_file() && out.join(".git/hooks").is_dir());
+        assert!(host_git(&out, &s.root, &["log", "--oneline"]).status.success());
+    }
+
+    pub fn quarantine_in_json_and_after_a_failure(backend: &str) {
+        let s = Scratch::new();
+        let out = s.zone("out");
+        let o = s.run(backend, &["--json", "--timeout", "2s", "--zone", "out=./out:rw", "--", "sh", "-c", "touch /out/.envrc; sleep 60"]);
+        assert_ne!(o.status.code(), Some(0), "timed out");
+        assert!(!out.join(".envrc").exists());
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let line = stderr.lines().find(|l| l.starts_with("{\"quarantine\"")).unwrap_or_else(|| panic!("a quarantine JSON line: {stderr}"));
+        let v: Value = serde_json::from_str(line).expect("json");
+        assert_eq!(v["quarantine"]["areas"][0]["items"][0]["path"], ".envrc");
+        assert_eq!(v["quarantine"]["areas"][0]["items"][0]["outcome"], "quarantined");
+    }
+
+    pub fn a_deep_chain_is_dealt_with_in_bounded_time(backend: &str) {
+        let s = Scratch::new();
+        let out = s.zone("out");
+        let script = "import os\nfd = os.open('/out', os.O_RDONLY)\nfor i in range(100000):\n    os.mkdir('d', dir_fd=fd)\n    n = os.open('d', os.O_RDONLY, dir_fd=fd)\n    os.close(fd)\n    fd = n\nos.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))\nprint('made')\n";
+        let started = Instant::now();
+        let o = s.run(backend, &["--timeout", "300s", "--zone", "out=./out:rw", "--", "python3", "-c", script]);
+        assert_eq!(o.status.code(), Some(0), "the chain was made");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("moved aside d/d/d") && stderr.contains("not checked"), "{stderr}");
+        eprintln!("run with a 100,000-level chain: {:?}", started.elapsed());
+        // The chain below the walk's depth is in the quarantine: what stays is shallow.
+        let mut depth = 0;
+        let mut p = out.clone();
+        while p.join("d").is_dir() {
+            p = p.join("d");
+            depth += 1;
+        }
+        assert!(depth <= workcell::hostrun::quarantine::MAX_DEPTH, "{depth} levels stayed");
+        assert!(!p.join(".envrc").exists());
+        let (_, items) = quarantined(&s.audit());
+        assert_eq!(items.len(), 1, "{items:?}");
+        // std's remove_dir_all would need a descriptor per level.
+        let _ = Command::new("rm").arg("-rf").arg(&s.root).status();
+    }
+
+    pub fn mcp_shell_calls_are_swept(backend: &str) {
+        // `workcell mcp` takes no --runtime: under gVisor the body runs on plain docker.
+        let backend = backend.split('+').next().unwrap_or(backend);
+        if !Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|st| st.success()) {
+            assert!(std::env::var_os("CI").is_none(), "the mcp Python package is required in CI");
+            return;
+        }
+        let s = Scratch::new();
+        let out = s.zone("out");
+        std::fs::write(
+            s.proj().join("workcell.yaml"),
+            "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+        )
+        .expect("config");
+        let client = format!(
+            "import asyncio, json, sys\nfrom mcp import ClientSession, StdioServerParameters\nfrom mcp.client.stdio import stdio_client\n\
+             async def main():\n    p = StdioServerParameters(command={bin:?}, args=['mcp', '--backend', {backend:?}, '--approve-all'], cwd={cwd:?})\n\
+             \x20   async with stdio_client(p) as (r, w):\n        async with ClientSession(r, w) as session:\n            await session.initialize()\n\
+             \x20           res = await session.call_tool('shell', {{'command': 'touch /out/.envrc'}})\n\
+             \x20           print(json.dumps({{'error': res.is_error, 'text': ''.join(getattr(c, 'text', '') for c in res.content)}}))\n\
+             asyncio.run(main())\n",
+            bin = env!("CARGO_BIN_EXE_workcell"),
+            cwd = s.proj().display().to_string(),
+        );
+        let o = Command::new("python3").arg("-c").arg(&client).output().expect("python");
+        assert!(o.status.success(), "client: {}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+        let text = v["text"].as_str().unwrap_or("");
+        assert!(text.contains("moved aside .envrc in /out "), "the agent is told, in its own paths: {text}");
+        assert!(!text.contains(s.root.to_str().expect("utf8")), "no host path reaches the agent: {text}");
+        assert!(!out.join(".envrc").exists(), "the shell command's .envrc stayed");
+        assert!(s.audit().iter().any(|e| e["event"] == "quarantine"));
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal) => {
+        mod $module {
+            use super::*;
+            const BACKEND: &str = $backend;
+
+            #[test]
+            fn planted_files_are_moved_aside() {
+                if support::backend_ready(BACKEND) {
+                    body::planted_files_are_moved_aside(BACKEND);
+                }
+            }
+
+            #[test]
+            fn an_existing_repository_stays_and_the_worker_commits() {
+                if support::backend_ready(BACKEND) {
+                    body::an_existing_repository_stays_and_the_worker_commits(BACKEND);
+                }
+            }
+
+            #[test]
+            fn quarantine_in_json_and_after_a_failure() {
+                if support::backend_ready(BACKEND) {
+                    body::quarantine_in_json_and_after_a_failure(BACKEND);
+                }
+            }
+
+            #[test]
+            fn a_deep_chain_is_dealt_with_in_bounded_time() {
+                if support::backend_ready(BACKEND) {
+                    body::a_deep_chain_is_dealt_with_in_bounded_time(BACKEND);
+                }
+            }
+
+            #[test]
+            fn mcp_shell_calls_are_swept() {
+                if support::backend_ready(BACKEND) {
+                    body::mcp_shell_calls_are_swept(BACKEND);
+                }
+            }
+        }
+    };
+}
+
+backend_suite!(bwrap, "bwrap");
+backend_suite!(docker, "docker");
+// Under gVisor (`WORKCELL_REQUIRE_RUNSC=1` where `.ci/setup-runsc` installed it).
+backend_suite!(runsc, "docker+runsc");
