@@ -197,6 +197,7 @@ impl Sandbox {
             network: self.network.clone(),
             protected: self.protected.clone(),
             pending: Vec::new(),
+            identity: self.identity,
         }
     }
 

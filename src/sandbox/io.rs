@@ -97,6 +97,15 @@ impl Sandbox {
                 hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())),
             };
         }
+        if e.kind() == io::ErrorKind::PermissionDenied {
+            // `Own`: workcell is the worker's user itself.
+            let (uid, gid) = match self.identity().user() {
+                Some(u) => (u.uid, u.gid),
+                None => (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
+            };
+            let who = format!("the worker's user ({uid}:{gid})");
+            return SandboxError::PermissionDenied { op, path: show(shown), who };
+        }
         SandboxError::Io { op, path: show(shown), message: describe_io(e) }
     }
 
@@ -105,8 +114,14 @@ impl Sandbox {
         &vp.rel[area.key.prefix.len()..]
     }
 
-    /// Checks that the existing part of `vp` does not lead out of `area` through symlinks.
+    /// Checks that the existing part of `vp` does not lead out of `area` through symlinks
+    /// (looked at with the worker's rights: a directory it cannot search ends the check,
+    /// and the operation itself is then refused).
     pub(super) fn check_beneath(&self, area: &Area, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
+        self.as_worker("resolve", shown, || self.check_beneath_here(area, vp, shown))?
+    }
+
+    fn check_beneath_here(&self, area: &Area, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
         let inner = Self::inner(area, vp);
         for end in (0..=inner.len()).rev() {
             match area.dir.metadata(rel_path(&inner[..end])) {
@@ -138,6 +153,10 @@ impl Sandbox {
 
     /// Reads a text file: `max_chars` characters from character `offset`.
     pub fn read(&self, path: &str, max_chars: usize, offset: usize) -> Result<ReadResult, SandboxError> {
+        self.as_worker("read", path, || self.read_here(path, max_chars, offset))?
+    }
+
+    fn read_here(&self, path: &str, max_chars: usize, offset: usize) -> Result<ReadResult, SandboxError> {
         let vp = self.parse(path)?;
         if let Err(e) = self.check_suffix_vp(&vp, path) {
             // A directory has no suffix to judge: say what it is instead, so the reader
@@ -239,8 +258,13 @@ impl Sandbox {
     }
 
     /// Writes a text file atomically: a temporary file beside it, then a rename. A failure
-    /// leaves the old content in place.
+    /// leaves the old content in place. Done as the worker: the file (and any directory
+    /// made on the way) is the worker's.
     pub fn write(&self, path: &str, content: &str) -> Result<(), SandboxError> {
+        self.as_worker("write", path, || self.write_here(path, content))?
+    }
+
+    fn write_here(&self, path: &str, content: &str) -> Result<(), SandboxError> {
         let vp = self.parse(path)?;
         let area = self.writable_area(&vp, path)?;
         self.check_suffix_vp(&vp, path)?;
@@ -261,6 +285,10 @@ impl Sandbox {
     /// The file's text, when `old` occurs in it exactly once (so an edit can happen); the
     /// file is read within the edit bound (see [`EDIT_MAX_BYTES`]).
     pub fn check_edit(&self, path: &str, old: &str) -> Result<String, SandboxError> {
+        self.as_worker("edit", path, || self.check_edit_here(path, old))?
+    }
+
+    fn check_edit_here(&self, path: &str, old: &str) -> Result<String, SandboxError> {
         // Check writability first: an edit of a read-only file is refused before reading.
         let vp = self.parse(path)?;
         self.writable_area(&vp, path)?;
@@ -279,8 +307,10 @@ impl Sandbox {
 
     /// Replaces `old` with `new` where `old` occurs exactly once.
     pub fn edit(&self, path: &str, old: &str, new: &str) -> Result<(), SandboxError> {
-        let text = self.check_edit(path, old)?;
-        self.write(path, &text.replacen(old, new, 1))
+        self.as_worker("edit", path, || {
+            let text = self.check_edit_here(path, old)?;
+            self.write_here(path, &text.replacen(old, new, 1))
+        })?
     }
 
     /// Deletes a file (not a directory). A symlink is removed itself, never its target.
@@ -293,6 +323,11 @@ impl Sandbox {
     /// was checked. The last component is not followed (a link is removed itself, wherever
     /// it points).
     pub fn prepare_delete(&self, path: &str) -> Result<PendingDelete<'_>, SandboxError> {
+        let (dir, name) = self.as_worker("delete", path, || self.delete_target(path))??;
+        Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
+    }
+
+    fn delete_target(&self, path: &str) -> Result<(Dir, String), SandboxError> {
         let vp = self.parse(path)?;
         let area = self.writable_area(&vp, path)?;
         let (dir, name) = self.parent_dir(area, &vp, path, "delete", false)?;
@@ -300,11 +335,15 @@ impl Sandbox {
         if meta.is_dir() {
             return Err(SandboxError::WrongKind { op: "delete", path: show(path), found: "directory", expected: "file" });
         }
-        Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
+        Ok((dir, name))
     }
 
     /// Whether something exists at a readable path.
     pub fn exists(&self, path: &str) -> Result<bool, SandboxError> {
+        self.as_worker("stat", path, || self.exists_here(path))?
+    }
+
+    fn exists_here(&self, path: &str) -> Result<bool, SandboxError> {
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;
         match area.dir.metadata(rel_path(Self::inner(area, &vp))) {
@@ -316,6 +355,10 @@ impl Sandbox {
 
     /// Metadata of a readable path (symlinks inside the area are followed).
     pub fn stat(&self, path: &str) -> Result<FileStat, SandboxError> {
+        self.as_worker("stat", path, || self.stat_here(path))?
+    }
+
+    fn stat_here(&self, path: &str) -> Result<FileStat, SandboxError> {
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;
         let meta = area.dir.metadata(rel_path(Self::inner(area, &vp))).map_err(|e| self.io_error("stat", path, &e))?;
@@ -330,6 +373,10 @@ impl Sandbox {
     /// not descended into. Directories that cannot be opened are named in the result, never
     /// skipped silently.
     pub fn list(&self, path: &str, pattern: &str) -> Result<Listing, SandboxError> {
+        self.as_worker("list", path, || self.list_here(path, pattern))?
+    }
+
+    fn list_here(&self, path: &str, pattern: &str) -> Result<Listing, SandboxError> {
         let matcher = compile_pattern(pattern)?;
         let trimmed = path.trim();
         if self.addressing() == Addressing::Zones && (trimmed.is_empty() || trimmed == "/" || trimmed == ".") {
@@ -422,8 +469,10 @@ pub struct PendingDelete<'a> {
 }
 
 impl PendingDelete<'_> {
+    /// Removes the entry, as the worker: its write permission on the directory decides.
     pub fn remove(self) -> Result<(), SandboxError> {
-        self.dir.remove_file(&self.name).map_err(|e| self.sandbox.io_error("delete", &self.shown, &e))
+        let PendingDelete { sandbox, dir, name, shown } = self;
+        sandbox.as_worker("delete", &shown, || dir.remove_file(&name).map_err(|e| sandbox.io_error("delete", &shown, &e)))?
     }
 }
 

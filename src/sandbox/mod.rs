@@ -31,6 +31,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::egress::Access;
+use crate::identity::Identity;
 use derive::minimise;
 pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
@@ -189,6 +190,9 @@ pub struct Sandbox {
     protected: Arc<protect::Protected>,
     /// Granted directories that do not exist yet, created at launch (see `grant`).
     pending: Vec<grant::Pending>,
+    /// Whose rights the file I/O of this sandbox uses: the worker's (see
+    /// [`Sandbox::acting_as`]); workcell's own until a run or `workcell mcp` says whose.
+    identity: Identity,
 }
 
 impl Sandbox {
@@ -212,7 +216,16 @@ impl Sandbox {
             }
             readable.push(area);
         }
-        Ok(Sandbox { mounts: Arc::new(mounts), addressing, readable, writable, network, protected: Arc::default(), pending: Vec::new() })
+        Ok(Sandbox {
+            mounts: Arc::new(mounts),
+            addressing,
+            readable,
+            writable,
+            network,
+            protected: Arc::default(),
+            pending: Vec::new(),
+            identity: Identity::Own,
+        })
     }
 
     /// A sandbox with no file access at all (a worker that declares nothing).
@@ -225,7 +238,28 @@ impl Sandbox {
             network: self.network.clone(),
             protected: self.protected.clone(),
             pending: Vec::new(),
+            identity: self.identity,
         }
+    }
+
+    /// The same sandbox doing its file I/O as the worker running as `user`: every read,
+    /// write, listing and check of an existing path is then allowed or refused by the
+    /// operating system exactly as for the worker's own commands, and what it creates is the
+    /// worker's. A workcell that already is that user changes nothing.
+    pub fn acting_as(mut self, user: crate::plan::UserSpec) -> Sandbox {
+        self.identity = Identity::of(user);
+        self
+    }
+
+    /// Whose rights this sandbox's file I/O uses.
+    pub fn identity(&self) -> Identity {
+        self.identity
+    }
+
+    /// Runs `f` with this sandbox's identity; a failure to take it is a refusal of `op` on
+    /// `shown`, with nothing done.
+    pub(crate) fn as_worker<R: Send>(&self, op: &'static str, shown: &str, f: impl FnOnce() -> R + Send) -> Result<R, SandboxError> {
+        self.identity.run(f).map_err(|e| SandboxError::Io { op, path: show(shown), message: e.to_string() })
     }
 
     /// The mounts this sandbox was built from (including ones it can no longer see).
