@@ -116,6 +116,13 @@ fn writes_deletes_and_their_files_are_the_workers() {
     sb.edit("/z/new/deeper/n.txt", "made", "edited").expect("edit");
     let m = std::fs::metadata(z.join("new/deeper/n.txt")).expect("edited");
     assert_eq!((m.uid(), std::fs::read_to_string(z.join("new/deeper/n.txt")).expect("read")), (WORKER.uid, "edited".to_string()));
+    // A directory the worker may write and search but not list (0300) takes a file, as
+    // from its own `echo >`.
+    std::fs::create_dir(z.join("drop")).expect("mkdir");
+    chown(&z.join("drop"), WORKER.uid, WORKER.gid);
+    mode(&z.join("drop"), 0o300);
+    sb.write("/z/drop/in.txt", "dropped").expect("write into 0300");
+    sb.prepare_delete("/z/drop/in.txt").expect("checked").remove().expect("delete in 0300");
     // A root-owned directory in a writable zone: refused, as the worker's `echo >` would be.
     let e = sb.write("/z/rootdir/x.txt", "x").expect_err("root's directory");
     assert_eq!(e.kind(), "permission_denied", "{e}");
