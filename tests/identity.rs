@@ -187,3 +187,55 @@ fn the_tool_service_refuses_like_the_worker() {
     let read = service.call("read_file", serde_json::json!({"path": format!("{zone}/notes.txt")})).expect("readable");
     assert_eq!(read["content"], "open notes");
 }
+
+/// Variants a hostile worker (or a careless fixture) could try: a zone whose own directory
+/// the worker may not search, a root file in a sticky directory the worker may write, and a
+/// copy of a directory it may list but not search (0744), which once stopped the whole copy.
+#[test]
+fn variants_that_do_not_get_through() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let (tmp, p) = project("");
+    let z = tmp.path().join("z");
+    // A sticky directory the worker may write: it may not delete (or replace) root's file.
+    std::fs::create_dir(z.join("shared")).expect("mkdir");
+    file(&z.join("shared/root.txt"), "root's", 0, 0, 0o644);
+    mode(&z.join("shared"), 0o1777);
+    let sb = as_worker(&p);
+    assert_eq!(sb.prepare_delete("/z/shared/root.txt").expect("checked").remove().expect_err("sticky").kind(), "permission_denied");
+    assert_eq!(sb.write("/z/shared/root.txt", "mine").expect_err("sticky rename").kind(), "permission_denied");
+    assert_eq!(std::fs::read_to_string(z.join("shared/root.txt")).expect("kept"), "root's");
+    sb.write("/z/shared/mine.txt", "mine").expect("a new name is fine");
+
+    // A zone whose directory is root's 0700: held open by root since load, still closed to
+    // the worker.
+    let closed = tmp.path().join("closed");
+    std::fs::create_dir(&closed).expect("mkdir");
+    file(&closed.join("f.txt"), "inside", 0, 0, 0o644);
+    mode(&closed, 0o700);
+    let yaml = "sandbox:\n  zones:\n    c: {path: ./closed, mode: rw}\n";
+    let cp = Project::from_text(yaml, &tmp.path().join("workcell.yaml"), tmp.path()).expect("project");
+    let csb = cp.sandbox.clone().acting_as(WORKER);
+    assert_eq!(csb.read("/c/f.txt", 100, 0).expect_err("closed zone").kind(), "permission_denied");
+    assert_eq!(csb.list("/c", "*").expect_err("closed zone").kind(), "permission_denied");
+    assert_eq!(csb.write("/c/g.txt", "x").expect_err("closed zone").kind(), "permission_denied");
+    assert_eq!(cp.sandbox.read("/c/f.txt", 100, 0).expect("root reads it").content, "inside");
+
+    // Copy delivery of a directory the worker may list but not search (0744): nothing in it
+    // can be read, so it is not copied, and named so.
+    std::fs::create_dir(z.join("listonly")).expect("mkdir");
+    file(&z.join("listonly/a.txt"), "a", 0, 0, 0o644);
+    mode(&z.join("listonly"), 0o744);
+    let zone = std::fs::File::open(&z).expect("open zone");
+    let copy = workcell::delivery::baseline::copy_in(&zone, "z", WORKER).expect("copy");
+    let b = &copy.baseline;
+    let key = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
+    for (p, dir) in [("secret.txt", false), ("hard.txt", false), ("private", true), ("passage", true), ("listonly", true)] {
+        assert_eq!(b.not_copied.get(&key(p)), Some(&dir), "{p}: {:?}", b.not_copied);
+    }
+    assert!(b.files.contains_key(&key("group.txt")) && b.files.contains_key(&key("own.txt")), "{:?}", b.files.keys());
+    assert!(!copy.path().join("secret.txt").exists() && !copy.path().join("listonly/a.txt").exists());
+    let m = std::fs::metadata(copy.path().join("group.txt")).expect("copied");
+    assert_eq!((m.uid(), m.gid()), (WORKER.uid, WORKER.gid));
+}

@@ -100,12 +100,15 @@ pub fn copy_in(zone: impl AsFd, zone_name: &str, owner: UserSpec) -> Result<Copy
             let mut baseline = Baseline::default();
             // The held handle may be an O_PATH one: a readable handle of the same directory,
             // opened as the worker (a zone it may not list is not copied at all).
-            match rustix::fs::openat(zone, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
-                Ok(zone) => copy_tree(zone.as_fd(), root_fd, owner, &mut Vec::new(), &mut baseline)?,
-                Err(e) if refused(&e.into()) => {
+            let listed = rustix::fs::openat(zone, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+                .map_err(io::Error::from)
+                .and_then(|zone| Ok((names(&zone)?, zone)));
+            match listed {
+                Ok((listed, zone)) => copy_tree(zone.as_fd(), listed, root_fd, owner, &mut Vec::new(), &mut baseline)?,
+                Err(e) if refused(&e) => {
                     baseline.not_copied.insert(Vec::new(), true);
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
             Ok(baseline)
         })
@@ -125,8 +128,17 @@ fn own(fd: impl AsFd, owner: UserSpec, mode: u32) -> io::Result<()> {
     Ok(())
 }
 
-fn copy_tree(from: std::os::fd::BorrowedFd<'_>, to: std::os::fd::BorrowedFd<'_>, owner: UserSpec, at: &mut Vec<String>, b: &mut Baseline) -> io::Result<()> {
-    for n in names(from)? {
+/// Copies the entries `listed` of `from` (listed first, so that a directory the worker may
+/// read but not search is refused before anything of it is made).
+fn copy_tree(
+    from: std::os::fd::BorrowedFd<'_>,
+    listed: Vec<std::ffi::CString>,
+    to: std::os::fd::BorrowedFd<'_>,
+    owner: UserSpec,
+    at: &mut Vec<String>,
+    b: &mut Baseline,
+) -> io::Result<()> {
+    for n in listed {
         let Some(name) = n.to_str().ok().map(str::to_string) else { continue };
         at.push(name);
         // A name the checker would refuse is not copied: the worker never sees it, and its
@@ -177,11 +189,12 @@ fn copy_entry(
     match FileType::from_raw_mode(st.st_mode) {
         FileType::Directory => {
             let src = source(open_dir(from, n), true)?;
+            let listed = source(names(&src), true)?;
             rustix::fs::mkdirat(to, n, Mode::from_raw_mode(0o700)).map_err(io::Error::from)?;
             let dst = open_dir(to, n)?;
             own(&dst, owner, st.st_mode | 0o700)?;
             b.dirs.insert(at.clone());
-            Ok(copy_tree(src.as_fd(), dst.as_fd(), owner, at, b)?)
+            Ok(copy_tree(src.as_fd(), listed, dst.as_fd(), owner, at, b)?)
         }
         FileType::RegularFile => Ok(copy_file(source(open_file(from, n), false)?, to, n, owner, at, b)?),
         // Links and special files stay on the host only.
