@@ -12,7 +12,10 @@
 //! effective uid becoming non-zero clears every effective capability of the thread
 //! (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`…), and the filesystem uid follows
 //! the effective one. The thread ends with the operation, so no other code ever runs with
-//! the worker's ids and no thread is left holding them.
+//! the worker's ids and no thread is left holding them. A check that must see beyond the
+//! worker's reach and only looks (the control files' walk up from a directory,
+//! `sandbox::protect`) steps back to workcell's rights for its duration
+//! ([`with_own_rights`]): the real and saved uid stayed 0, so the effective one may return.
 //!
 //! Handles opened earlier with root's rights (the zones' directories) stay usable as
 //! starting points: every `openat` beneath them checks search permission on each directory
@@ -90,6 +93,47 @@ impl Identity {
     }
 }
 
+/// Runs `f` with workcell's own rights. On a thread acting as a worker (inside
+/// [`Identity::run`]) its effective uid returns to 0 for `f` (which restores its effective
+/// capabilities) and to the worker's right after, even when `f` panics; elsewhere `f` runs
+/// as it is. Only for checks that look (metadata, never contents) where the worker's rights
+/// would make a protection weaker.
+pub(crate) fn with_own_rights<R>(f: impl FnOnce() -> R) -> R {
+    let Some(user) = ACTING.with(Cell::get) else { return f() };
+    let _back = step_back(user);
+    f()
+}
+
+/// While alive, the thread has workcell's effective uid; dropped, the worker's again.
+struct SteppedBack(UserSpec);
+
+#[cfg(target_os = "linux")]
+fn step_back(user: UserSpec) -> SteppedBack {
+    if let Err(e) = rustix::thread::set_thread_res_uid(None, Some(rustix::process::Uid::ROOT), None) {
+        // Still the worker: the check runs with less, never more.
+        tracing::debug!("cannot return to workcell's rights for a check: {e}");
+    }
+    SteppedBack(user)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn step_back(user: UserSpec) -> SteppedBack {
+    SteppedBack(user)
+}
+
+impl Drop for SteppedBack {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        let back = rustix::thread::set_thread_res_uid(None, Some(rustix::process::Uid::from_raw(self.0.uid)), None).is_ok();
+        #[cfg(not(target_os = "linux"))]
+        let back = true;
+        if !back || rustix::process::geteuid().as_raw() != self.0.uid {
+            // Never go on acting for a worker with root's rights.
+            std::process::abort();
+        }
+    }
+}
+
 /// Gives the calling thread (only it) the worker's ids: no supplementary groups, the
 /// worker's gid, then its uid (last: after it, the thread may change no ids). The real and
 /// saved ids stay; nothing this thread runs is anybody's but ours.
@@ -146,6 +190,19 @@ mod tests {
         assert_eq!(cap_eff, "0000000000000000");
         assert_eq!(groups, "");
         assert!(nested, "a nested call must run on the same thread");
+        let (inside, after) = Identity::of(user)
+            .run(|| {
+                let cap = || {
+                    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+                    status.lines().find(|l| l.starts_with("CapEff:")).map(|l| l[7..].trim().to_string()).unwrap_or_default()
+                };
+                let inside = with_own_rights(|| (rustix::process::geteuid().as_raw(), cap()));
+                (inside, (rustix::process::geteuid().as_raw(), cap()))
+            })
+            .unwrap();
+        assert_eq!(inside.0, 0);
+        assert_ne!(inside.1, "0000000000000000", "stepped back: workcell's capabilities");
+        assert_eq!(after, (4242, "0000000000000000".to_string()), "and the worker's ids again after");
         assert!(rustix::process::geteuid().is_root(), "the caller's thread keeps its ids");
     }
 }

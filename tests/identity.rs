@@ -239,3 +239,32 @@ fn variants_that_do_not_get_through() {
     let m = std::fs::metadata(copy.path().join("group.txt")).expect("copied");
     assert_eq!((m.uid(), m.gid()), (WORKER.uid, WORKER.gid));
 }
+
+/// The control files' check walks up from the directory a write lands in with workcell's
+/// rights: a zone outside the project, behind a directory the worker may not search, takes
+/// the worker's writes (it is not mistaken for a control file), and the project's own
+/// control files stay refused to a worker that owns them.
+#[test]
+fn the_control_files_check_sees_beyond_the_worker() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proj = tmp.path().join("proj");
+    let zone = tmp.path().join("outer/zone");
+    std::fs::create_dir_all(&zone).expect("mkdir");
+    std::fs::create_dir_all(proj.join("workers")).expect("mkdir");
+    chown(&zone, WORKER.uid, WORKER.gid);
+    mode(&tmp.path().join("outer"), 0o700);
+    let yaml = "sandbox:\n  zones:\n    z: {path: ../outer/zone, mode: rw}\n    p: {path: ., mode: rw}\n";
+    std::fs::write(proj.join("workcell.yaml"), yaml).expect("write");
+    support::give_to_worker(&proj);
+    let p = Project::load(Some(&proj.join("workcell.yaml")), &proj).expect("project");
+    let sb = p.sandbox.clone().acting_as(WORKER);
+    sb.write("/z/x.txt", "x").expect("a zone behind a directory the worker cannot search");
+    assert_eq!(std::fs::metadata(zone.join("x.txt")).expect("written").uid(), WORKER.uid);
+    for path in ["/p/workcell.yaml", "/p/workers/w.worker"] {
+        let e = sb.write(path, "x").expect_err(path);
+        assert_eq!(e.kind(), "not_writable", "{path}: {e}");
+    }
+}
