@@ -17,6 +17,7 @@ mod grant;
 pub mod hostdir;
 mod io;
 mod links;
+mod listing;
 pub(crate) mod mounted;
 mod path;
 mod protect;
@@ -38,8 +39,9 @@ use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
 pub use grant::Created;
-pub use io::{FileKind, FileStat, Listing, ReadResult, EDIT_MAX_BYTES, LIST_LIMIT};
+pub use io::{FileKind, FileStat, ReadResult, EDIT_MAX_BYTES};
 pub use links::{FollowError, Followed};
+pub use listing::{Listing, LIST_LIMIT};
 pub use path::VirtualPath;
 
 /// Read-only or read-write.
