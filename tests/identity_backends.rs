@@ -3,8 +3,8 @@
 //! and owned by the worker; a root-only file is refused to `read_file` and to the broker as to
 //! the worker's own `cat`; a root-owned directory in a writable zone refuses `write_file`;
 //! copy delivery does not copy what the worker cannot read, says so, and leaves it alone on
-//! publish. The same bodies run on bwrap and docker, as root (CI); the MCP body also runs
-//! with workcell itself started as an unprivileged user (bwrap).
+//! publish. The same bodies run on bwrap and docker, as root (CI); the MCP and copy-in bodies
+//! also run with workcell itself started as an unprivileged user (bwrap).
 
 mod support;
 
@@ -135,6 +135,11 @@ mod body {
     /// Copy delivery: what the worker cannot read is not copied, the summary says so, and
     /// whatever the worker leaves in its place never reaches the host.
     pub fn copy_in_skips_what_the_worker_cannot_read(backend: &str) {
+        copy_in_skips(backend, &[env!("CARGO_BIN_EXE_workcell").to_string()]);
+    }
+
+    /// [`copy_in_skips_what_the_worker_cannot_read`] with workcell started through `launch`.
+    pub fn copy_in_skips(backend: &str, launch: &[String]) {
         if !is_root() {
             return eprintln!("skipped: needs root");
         }
@@ -149,7 +154,7 @@ mod body {
                       && echo new > /out/new.txt && rm /out/mine.txt";
         let out = Command::new("setsid")
             .arg("-w")
-            .arg(env!("CARGO_BIN_EXE_workcell"))
+            .args(launch)
             .current_dir(&dir)
             .args(["run", "--backend", backend, "--json", "--", "sh", "-c", script])
             .stdin(Stdio::null())
@@ -233,4 +238,16 @@ fn mcp_write_then_shell_as_an_unprivileged_workcell() {
     let ids = TEST_WORKER_UID.to_string();
     let launch: Vec<String> = ["setpriv", "--reuid", &ids, "--regid", &ids, "--clear-groups", env!("CARGO_BIN_EXE_workcell")].map(String::from).to_vec();
     body::mcp_write_then_shell("bwrap", &launch, TEST_WORKER_UID);
+}
+
+/// The same copy-in as an unprivileged workcell on bwrap: it is the worker, and what it may
+/// not read is left out and named the same way (it used to stop the whole copy).
+#[test]
+fn copy_in_as_an_unprivileged_workcell() {
+    if !is_root() || !support::backend_ready("bwrap") {
+        return eprintln!("skipped: needs root (to drop to the test user) and bwrap");
+    }
+    let ids = TEST_WORKER_UID.to_string();
+    let launch: Vec<String> = ["setpriv", "--reuid", &ids, "--regid", &ids, "--clear-groups", env!("CARGO_BIN_EXE_workcell")].map(String::from).to_vec();
+    body::copy_in_skips("bwrap", &launch);
 }
