@@ -12,6 +12,7 @@ pub mod delivery;
 pub mod egress;
 pub mod fds;
 pub mod hostrun;
+pub mod identity;
 pub mod plan;
 pub mod run;
 pub mod sandbox;

@@ -43,6 +43,8 @@ fn ask_zone_project(dir: &Path) {
         ),
     );
     write_project(dir, "sandbox:\n  zones:\n    drafts: {path: ./drafts, mode: rw, approval: {write: ask}}\n", &[("drafter", &worker)]);
+    // The broker writes as the worker: `drafts/` must be the worker's to write.
+    support::give_to_worker(dir);
 }
 
 fn approved_write_lands_on_the_host(backend: &str) {

@@ -16,7 +16,7 @@ fn all_errors(fx: &Fx) -> Vec<(&'static str, SandboxError)> {
     let host = fx.host("data/file.txt").display().to_string();
     let l = |v: &[&str]| Some(v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
     let narrow = sb.derive(&DeriveSpec { allow_read: l(&["/data/sub"]), ..Default::default() }).unwrap();
-    vec![
+    let mut errors = vec![
         ("invalid_path_nul", sb.resolve("/data/a\0b").unwrap_err()),
         ("invalid_path_escape", sb.resolve("/data/a\x1b[2K\rb").unwrap_err()),
         ("invalid_path_home", sb.resolve("~/.ssh/id_rsa").unwrap_err()),
@@ -62,7 +62,15 @@ fn all_errors(fx: &Fx) -> Vec<(&'static str, SandboxError)> {
             std::os::unix::fs::symlink("../../secret", fx.host("out/reports")).unwrap();
             child.materialize(me()).unwrap_err()
         }),
-    ]
+    ];
+    // Only a root workcell acts as another user: the file is root's, the worker is nobody.
+    if rustix::process::geteuid().is_root() {
+        std::fs::write(fx.host("data/root-only.txt"), "root's").unwrap();
+        std::fs::set_permissions(fx.host("data/root-only.txt"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let nobody = sb.clone().acting_as(workcell::plan::UserSpec { uid: 65534, gid: 65534 });
+        errors.push(("permission_denied_read", nobody.read("/data/root-only.txt", 100, 0).unwrap_err()));
+    }
+    errors
 }
 
 /// The user this test runs as (a granted directory is given to the worker's user).
@@ -89,7 +97,11 @@ fn every_error_kind_has_a_snapshot() {
         "invalid_pattern",
         "io",
     ];
-    assert_eq!(kinds, expected.into_iter().collect(), "every kind is covered");
+    let mut expected: std::collections::BTreeSet<&str> = expected.into_iter().collect();
+    if rustix::process::geteuid().is_root() {
+        expected.insert("permission_denied");
+    }
+    assert_eq!(kinds, expected, "every kind is covered");
     for (name, e) in &errors {
         let shown = format!("kind: {}\n{}", e.kind(), redact(&e.to_string(), &fx.dir));
         insta::assert_snapshot!(*name, shown);

@@ -177,17 +177,17 @@ fn mcp_refuses_planted_files() {
     all.push(json!(["write_file", {"path": "/repo/notes.md", "content": "fine"}]));
     let before = r.protected_state();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_calls.py");
-    let mut child = Command::new("python3")
+    let launch = json!([env!("CARGO_BIN_EXE_workcell")]).to_string();
+    let child = Command::new("python3")
         .arg(script)
-        .arg(env!("CARGO_BIN_EXE_workcell"))
+        .arg(launch)
         .arg(&r.proj)
         .arg("bwrap")
-        .stdin(std::process::Stdio::piped())
+        .arg(Value::Array(all).to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("python");
-    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), Value::Array(all).to_string().as_bytes()).expect("send calls");
     let out = child.wait_with_output().expect("client");
     assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     let answers: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");

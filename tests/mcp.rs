@@ -7,6 +7,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod support;
+
 fn python_has_mcp() -> bool {
     Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success())
 }
@@ -18,6 +20,9 @@ fn project() -> tempfile::TempDir {
     std::fs::create_dir_all(p.join("out")).expect("mkdir");
     std::fs::write(p.join("data/hello.txt"), "hello from the data zone\n").expect("write");
     std::fs::write(p.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw}\n").expect("write");
+    // The tools act as the worker (the project's owner; as root, the test worker): it
+    // writes `out/` like the worker's own commands would.
+    support::give_to_worker(p);
     tmp
 }
 

@@ -25,7 +25,9 @@ pub struct McpArgs {
 pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     let project = Arc::new(load_project(cli.config.as_deref())?);
     let worker = args.worker.as_deref().map(|w| project.worker(w).cloned()).transpose()?;
-    let sandbox = worker.as_ref().map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
+    // The tools act as the user a run of this project's workers runs as (see `plan::worker_user`).
+    let user = crate::plan::worker_user(&project.dir, project.defaults.user);
+    let sandbox = worker.as_ref().map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone()).acting_as(user);
     let mode = args.approvals.mode();
     // Shell commands and child workers run under the worker's runtime, as in its own run.
     let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());

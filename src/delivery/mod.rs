@@ -77,6 +77,9 @@ pub enum Reason {
     ProtectedDelete {
         entry: String,
     },
+    /// At or beneath a host entry the worker's user could not read, so it was not copied:
+    /// the host's stays as it is.
+    NotCopied,
 }
 
 impl std::fmt::Display for Reason {
@@ -100,6 +103,7 @@ impl std::fmt::Display for Reason {
             Reason::ProtectedDelete { entry } => {
                 write!(f, "deleted in the worker's copy, but a file the host runs (protected by '{entry}'); the deletion is not applied, the host keeps it")
             }
+            Reason::NotCopied => f.write_str("the host has an entry here the worker's user cannot read, so it was not copied; it is left as the host has it"),
         }
     }
 }
@@ -126,6 +130,14 @@ pub struct Summary {
     pub conflicts: Vec<String>,
     /// Files published without the set-uid, set-gid or sticky bit the worker gave them.
     pub bits_dropped: Vec<String>,
+    /// What the worker's user could not read when the copy was taken, so it was not copied
+    /// (and is never deleted or overwritten on publish): at most [`NOT_COPIED_SHOWN`]
+    /// names, directories ending in `/`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_copied: Vec<String>,
+    /// How many entries were not copied in all.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_copied_total: usize,
     /// True once the accepted changes are on the host.
     pub published: bool,
     /// Why nothing was published, when nothing was.
@@ -133,7 +145,38 @@ pub struct Summary {
     pub withheld: Option<String>,
 }
 
+/// Names of entries not copied that a summary lists; the rest are counted.
+pub const NOT_COPIED_SHOWN: usize = 20;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 impl Summary {
+    /// Records what `baseline` did not copy because the worker's user cannot read it.
+    pub fn set_not_copied(&mut self, baseline: &baseline::Baseline) {
+        self.not_copied_total = baseline.not_copied.len();
+        self.not_copied = baseline
+            .not_copied
+            .iter()
+            .take(NOT_COPIED_SHOWN)
+            .map(|(p, dir)| if p.is_empty() { "./".into() } else { format!("{}{}", p.join("/"), if *dir { "/" } else { "" }) })
+            .collect();
+    }
+
+    /// `not copied: 2 files the worker cannot read: a, b/`, when anything was not copied.
+    pub fn not_copied_line(&self) -> Option<String> {
+        if self.not_copied_total == 0 {
+            return None;
+        }
+        let n = self.not_copied_total;
+        let what = if self.not_copied.iter().any(|p| p.ends_with('/')) { "files or directories" } else { "files" };
+        let names: Vec<String> = self.not_copied.iter().map(|p| crate::term::escape(p).into_owned()).collect();
+        let more = n.saturating_sub(self.not_copied.len());
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        Some(format!("not copied: {n} {what} the worker cannot read: {}{more}", names.join(", ")))
+    }
+
     /// True when publishing would change nothing on the host.
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.changed.is_empty() && self.deleted.is_empty()
@@ -157,6 +200,9 @@ impl Summary {
         }
         for r in &self.refused {
             let _ = write!(s, "\n  refused   {}: {}", e(&r.path), r.reason);
+        }
+        if let Some(line) = self.not_copied_line() {
+            let _ = write!(s, "\n  {line}");
         }
         if self.is_empty() && self.refused.is_empty() && self.conflicts.is_empty() {
             s.push_str("\n  no changes");

@@ -74,8 +74,14 @@ fn host_state(zone: BorrowedFd<'_>, path: &[String]) -> io::Result<Option<Stat>>
 pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &Collected) -> Changes {
     let zone = zone.as_fd();
     let mut c = Changes { summary: Summary { zone: zone_name.to_string(), refused: collected.refusals(), ..Summary::default() }, ..Changes::default() };
+    c.summary.set_not_copied(baseline);
     let show = |p: &[String]| p.join("/");
     for (path, f) in &collected.files {
+        // The worker never had what it could not read: nothing it leaves there replaces it.
+        if baseline.beneath_not_copied(path) {
+            c.summary.refused.push(super::Refusal { path: show(path), reason: super::Reason::NotCopied });
+            continue;
+        }
         let before = baseline.files.get(path);
         if before.is_some_and(|s| s.sha256 == f.sha256 && s.executable == f.executable) {
             continue;
@@ -97,6 +103,10 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         c.writes.push((path.clone(), f.clone()));
     }
     for path in collected.dirs.iter().filter(|d| !baseline.dirs.contains(*d)) {
+        if baseline.beneath_not_copied(path) {
+            c.summary.refused.push(super::Refusal { path: format!("{}/", show(path)), reason: super::Reason::NotCopied });
+            continue;
+        }
         c.mkdirs.push(path.clone());
     }
     for (path, seen) in &baseline.files {

@@ -45,6 +45,12 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         let zone = sandbox.mounts().iter().find(|m| m.name == c.zone).ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
         let host = mount.held.clone().ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
         let copy = baseline::copy_in(&*host.0, &c.zone, plan.user)?;
+        // Said before the run, read-only zones included: the worker will not find these.
+        let mut note = Summary::default();
+        note.set_not_copied(&copy.baseline);
+        if let Some(line) = note.not_copied_line() {
+            eprintln!("workcell: zone {}: {line} (uid {})", crate::term::escape(&c.zone), plan.user.uid);
+        }
         mount.held = Some(Held::dup(copy.root()).map_err(|e| crate::delivery::DeliveryError::io("hold the private copy", &c.zone)(e))?);
         mount.source = copy.path().to_path_buf();
         let policy = Policy { suffixes: zone.suffixes.clone(), max_file_bytes: zone.max_file_bytes, ..Policy::default() };

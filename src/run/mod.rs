@@ -118,6 +118,9 @@ impl Session {
         let (sandbox, created) =
             spec.sandbox.materialize_undoable(crate::plan::worker_user(&spec.project.dir, spec.project.defaults.user)).map_err(PlanError::Grant)?;
         let mut plan = LaunchPlan::build(&spec.project, spec.worker, &sandbox, &spec.overrides)?;
+        // The tool service acts as the worker the plan runs: its file I/O is checked, and what
+        // it creates is owned, exactly as for the worker's own commands.
+        let sandbox = sandbox.acting_as(plan.user);
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
         // Before the backend sees the plan: copy-delivered zones are bound as private copies.
         let deliveries = delivery::prepare(&mut plan, &sandbox)?;

@@ -8,6 +8,11 @@ impl Sandbox {
     /// its size at the time of the check (measured on the handle, so a file swapped in after
     /// the check is not what is sized). Non-blocking, so a FIFO swapped in cannot hang us.
     pub fn open_file(&self, path: &str) -> Result<(std::fs::File, u64), SandboxError> {
+        // Opened as the worker: a file it may not read is not handed on.
+        self.as_worker("read", path, || self.open_file_here(path))?
+    }
+
+    fn open_file_here(&self, path: &str) -> Result<(std::fs::File, u64), SandboxError> {
         use cap_std::fs::OpenOptionsExt;
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;

@@ -199,6 +199,7 @@ impl Sandbox {
             pending: Vec::new(),
             hostfiles: self.hostfiles.clone(),
             hostrun: self.hostrun.clone(),
+            identity: self.identity,
         }
     }
 

@@ -74,6 +74,11 @@ pub enum SandboxError {
     #[error("Cannot list with pattern '{pattern}': {reason}. Patterns are relative globs such as '*.md' or '**/*.txt'.")]
     InvalidPattern { pattern: String, reason: String },
 
+    /// The operating system refused the worker's user (owner, mode, the directory's write
+    /// permission), as it would refuse the worker's own commands.
+    #[error("Cannot {op} '{path}': permission denied: the operating system refuses this to {who}, as it would to the worker's own commands (the file's or its directory's owner and mode decide). If the worker needs it, its owner changes the mode or gives it to the worker's user (chown).")]
+    PermissionDenied { op: &'static str, path: String, who: String },
+
     /// The operating system refused or failed; the message names the sandbox path only.
     #[error("Cannot {op} '{path}': {message}")]
     Io { op: &'static str, path: String, message: String },
@@ -110,6 +115,7 @@ impl SandboxError {
             SandboxError::WrongKind { .. } => "wrong_kind",
             SandboxError::InvalidPattern { .. } => "invalid_pattern",
             SandboxError::Io { .. } => "io",
+            SandboxError::PermissionDenied { .. } => "permission_denied",
             SandboxError::Protected { .. } => "not_writable",
             SandboxError::UnsafeZone(_) => "unsafe_zone",
             SandboxError::HostRuns { .. } => "protected",

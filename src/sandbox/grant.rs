@@ -8,8 +8,9 @@
 //! name is created beneath the held handle (`mkdirat`, one component at a time) and opened
 //! without following links, so a link planted in its place (by a worker, or by a previous
 //! run) is refused instead of followed; nothing is created inside the project's control
-//! files; each directory created is given to the worker's user, like any file the worker
-//! writes. The result is an ordinary area whose handle the backends bind.
+//! files. It is created as the worker's user ([`crate::identity`]): the worker's own, and
+//! only where the worker could have created it itself (a parent it may not write refuses
+//! the launch, saying so). The result is an ordinary area whose handle the backends bind.
 //!
 //! A read-only grant of a missing directory creates nothing: the run is refused, saying
 //! what to do (an empty read-only directory would only hide a typo).
@@ -23,6 +24,7 @@ use rustix::io::Errno;
 
 use super::error::show;
 use super::{minimise, Area, AreaKey, Sandbox, SandboxError};
+use crate::identity::Identity;
 use crate::plan::UserSpec;
 
 /// A granted directory still to be created at launch.
@@ -66,8 +68,9 @@ impl Sandbox {
     }
 
     /// This sandbox with its pending grants made real: every directory granted for writing
-    /// created beneath its held parent and owned by `owner`, every directory granted for
-    /// reading opened (it must exist by now). Used at launch, never by `plan` or `check`.
+    /// created beneath its held parent by `owner`, the worker's user (see `crate::identity`),
+    /// every directory granted for reading opened as that user (it must exist by now). Used
+    /// at launch, never by `plan` or `check`.
     pub fn materialize(&self, owner: UserSpec) -> Result<Sandbox, SandboxError> {
         self.materialize_undoable(owner).map(|(sandbox, created)| {
             created.keep();
@@ -80,6 +83,15 @@ impl Sandbox {
     /// launch refused after this step leaves nothing behind. A failure here removes what
     /// this call created before returning.
     pub fn materialize_undoable(&self, owner: UserSpec) -> Result<(Sandbox, Created), SandboxError> {
+        if self.pending.is_empty() {
+            return Ok((self.clone(), Created::default()));
+        }
+        let shown = self.pending_roots().first().map(|(p, _)| p.clone()).unwrap_or_default();
+        Identity::of(owner).run(|| self.materialize_here()).map_err(|e| SandboxError::Io { op: "create", path: show(&shown), message: e.to_string() })?
+    }
+
+    /// [`Sandbox::materialize_undoable`] on the thread acting as `owner`.
+    fn materialize_here(&self) -> Result<(Sandbox, Created), SandboxError> {
         let mut created = Created::default();
         if self.pending.is_empty() {
             return Ok((self.clone(), created));
@@ -90,12 +102,12 @@ impl Sandbox {
         // once that one is created.
         let (writes, reads): (Vec<&Pending>, Vec<&Pending>) = self.pending.iter().partition(|p| p.write);
         for p in writes {
-            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, Some(owner), &mut created)?) };
+            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, true, &mut created)?) };
             readable.push(area.clone());
             writable.push(area);
         }
         for p in reads {
-            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, None, &mut created)?) };
+            let area = Area { key: p.key.clone(), dir: Arc::new(self.create_pending(p, false, &mut created)?) };
             readable.push(area);
         }
         let mut out = self.clone();
@@ -105,10 +117,10 @@ impl Sandbox {
         Ok((out, created))
     }
 
-    /// Walks `p.missing` beneath `p.base`, creating each name when `owner` is given, and
+    /// Walks `p.missing` beneath `p.base`, creating each name when `create` says so, and
     /// returns the handle of the last one. Never follows a link; never writes into a
     /// control directory.
-    fn create_pending(&self, p: &Pending, owner: Option<UserSpec>, made: &mut Created) -> Result<Dir, SandboxError> {
+    fn create_pending(&self, p: &Pending, create: bool, made: &mut Created) -> Result<Dir, SandboxError> {
         let shown = self.area_path(&p.key);
         let failed = |what: &str, e: Errno| SandboxError::Io { op: "create", path: show(&shown), message: format!("{what} ({})", std::io::Error::from(e)) };
         let mut cur: OwnedFd =
@@ -116,7 +128,7 @@ impl Sandbox {
         let me = rustix::process::geteuid();
         for name in &p.missing {
             let mut created = false;
-            if owner.is_some() {
+            if create {
                 let dir = Dir::from_std_file(std::fs::File::from(
                     cur.try_clone().map_err(|e| failed("cannot hold a directory", Errno::from_io_error(&e).unwrap_or(Errno::IO)))?,
                 ));
@@ -124,6 +136,7 @@ impl Sandbox {
                 match rustix::fs::mkdirat(&cur, name.as_str(), Mode::from_raw_mode(0o755)) {
                     Ok(()) => created = true,
                     Err(Errno::EXIST) => {}
+                    Err(e @ (Errno::ACCESS | Errno::PERM)) => return Err(not_permitted(&shown, &cur, e)),
                     Err(e) => return Err(failed("the granted directory cannot be created", e)),
                 }
             }
@@ -140,15 +153,15 @@ impl Sandbox {
                         ),
                     })
                 }
-                Err(Errno::NOENT) if owner.is_none() => return Err(SandboxError::MissingReadOnly { path: show(&shown) }),
+                Err(Errno::NOENT) if !create => return Err(SandboxError::MissingReadOnly { path: show(&shown) }),
                 Err(e) => return Err(failed("the granted directory cannot be opened", e)),
             };
-            if let (true, Some(owner)) = (created, owner) {
+            if created {
                 // Between mkdirat and openat a worker sharing the zone can rename another
                 // directory into this name (RENAME_EXCHANGE): one of the zone's directories
-                // it may move but not change, root's say. Only a directory that is ours and
-                // empty is given away: that one holds nothing the worker could not make
-                // itself. Anything else means the name changed under us: refuse the launch.
+                // it may move but not change, root's say. Only a directory that is the
+                // worker's own (this thread made it as the worker) and empty becomes the
+                // grant. Anything else means the name changed under us: refuse the launch.
                 if !rustix::fs::fstat(&next).is_ok_and(|st| st.st_uid == me.as_raw()) || !is_empty(&next) {
                     return Err(SandboxError::Io {
                         op: "create",
@@ -160,12 +173,28 @@ impl Sandbox {
                 if let (Ok(parent), Ok(st)) = (cur.try_clone(), rustix::fs::fstat(&next)) {
                     made.dirs.push((parent, name.clone(), (st.st_dev, st.st_ino)));
                 }
-                rustix::fs::fchown(&next, Some(rustix::process::Uid::from_raw(owner.uid)), Some(rustix::process::Gid::from_raw(owner.gid)))
-                    .map_err(|e| failed("the created directory cannot be given to the worker's user", e))?;
             }
             cur = next;
         }
         Ok(Dir::from_std_file(std::fs::File::from(cur)))
+    }
+}
+
+/// The refusal of a granted directory whose parent `parent` the worker's user (this
+/// thread's ids) may not write, naming the parent's owner and mode and what to change.
+fn not_permitted(shown: &str, parent: &OwnedFd, e: Errno) -> SandboxError {
+    let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+    let parent = match rustix::fs::fstat(parent) {
+        Ok(st) => format!("its parent directory (owner {}:{}, mode {:o})", st.st_uid, st.st_gid, st.st_mode & 0o7777),
+        Err(_) => "its parent directory".into(),
+    };
+    SandboxError::Io {
+        op: "create",
+        path: show(shown),
+        message: format!(
+            "the worker's user ({uid}:{gid}) may not create it in {parent} ({}), and workcell creates nothing the worker could not create itself: give that directory to the worker's user (chown {uid}:{gid}), or create the granted directory before the run",
+            std::io::Error::from(e)
+        ),
     }
 }
 

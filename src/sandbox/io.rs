@@ -4,13 +4,12 @@
 use std::io::{self, Read, Write};
 
 use cap_std::fs::{Dir, OpenOptions};
-use globset::{GlobBuilder, GlobMatcher};
 use serde::Serialize;
 
 use super::error::show;
 use super::path::VirtualPath;
 use super::window::NotText;
-use super::{Addressing, Area, PathList, Sandbox, SandboxError};
+use super::{Area, PathList, Sandbox, SandboxError};
 
 /// Text read from a file, possibly a window of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -53,9 +52,6 @@ pub struct FileStat {
 /// the whole text and its replacement in memory. Larger files are edited with the shell.
 pub const EDIT_MAX_BYTES: u64 = 16 << 20;
 
-/// Maximum entries `list` returns, so a huge tree cannot flood the caller.
-pub const LIST_LIMIT: usize = 10_000;
-
 /// True when cap-std refused because the path (or a symlink in it) leads out of the handle.
 fn is_escape(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none()
@@ -97,16 +93,31 @@ impl Sandbox {
                 hint: format!(" Use list to see what exists; readable paths: {}.", PathList(self.readable_roots())),
             };
         }
+        if e.kind() == io::ErrorKind::PermissionDenied {
+            // `Own`: workcell is the worker's user itself.
+            let (uid, gid) = match self.identity().user() {
+                Some(u) => (u.uid, u.gid),
+                None => (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()),
+            };
+            let who = format!("the worker's user ({uid}:{gid})");
+            return SandboxError::PermissionDenied { op, path: show(shown), who };
+        }
         SandboxError::Io { op, path: show(shown), message: describe_io(e) }
     }
 
     /// Components of `vp` below `area`.
-    fn inner<'a>(area: &Area, vp: &'a VirtualPath) -> &'a [String] {
+    pub(super) fn inner<'a>(area: &Area, vp: &'a VirtualPath) -> &'a [String] {
         &vp.rel[area.key.prefix.len()..]
     }
 
-    /// Checks that the existing part of `vp` does not lead out of `area` through symlinks.
+    /// Checks that the existing part of `vp` does not lead out of `area` through symlinks
+    /// (looked at with the worker's rights: a directory it cannot search ends the check,
+    /// and the operation itself is then refused).
     pub(super) fn check_beneath(&self, area: &Area, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
+        self.as_worker("resolve", shown, || self.check_beneath_here(area, vp, shown))?
+    }
+
+    fn check_beneath_here(&self, area: &Area, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
         let inner = Self::inner(area, vp);
         for end in (0..=inner.len()).rev() {
             match area.dir.metadata(rel_path(&inner[..end])) {
@@ -138,6 +149,10 @@ impl Sandbox {
 
     /// Reads a text file: `max_chars` characters from character `offset`.
     pub fn read(&self, path: &str, max_chars: usize, offset: usize) -> Result<ReadResult, SandboxError> {
+        self.as_worker("read", path, || self.read_here(path, max_chars, offset))?
+    }
+
+    fn read_here(&self, path: &str, max_chars: usize, offset: usize) -> Result<ReadResult, SandboxError> {
         let vp = self.parse(path)?;
         if let Err(e) = self.check_suffix_vp(&vp, path) {
             // A directory has no suffix to judge: say what it is instead, so the reader
@@ -241,8 +256,13 @@ impl Sandbox {
     }
 
     /// Writes a text file atomically: a temporary file beside it, then a rename. A failure
-    /// leaves the old content in place.
+    /// leaves the old content in place. Done as the worker: the file (and any directory
+    /// made on the way) is the worker's.
     pub fn write(&self, path: &str, content: &str) -> Result<(), SandboxError> {
+        self.as_worker("write", path, || self.write_here(path, content))?
+    }
+
+    fn write_here(&self, path: &str, content: &str) -> Result<(), SandboxError> {
         let vp = self.parse(path)?;
         let area = self.writable_area(&vp, path)?;
         self.check_suffix_vp(&vp, path)?;
@@ -265,6 +285,10 @@ impl Sandbox {
     /// The file's text, when `old` occurs in it exactly once (so an edit can happen); the
     /// file is read within the edit bound (see [`EDIT_MAX_BYTES`]).
     pub fn check_edit(&self, path: &str, old: &str) -> Result<String, SandboxError> {
+        self.as_worker("edit", path, || self.check_edit_here(path, old))?
+    }
+
+    fn check_edit_here(&self, path: &str, old: &str) -> Result<String, SandboxError> {
         // Check writability first: an edit of a read-only file is refused before reading.
         let vp = self.parse(path)?;
         self.writable_area(&vp, path)?;
@@ -283,8 +307,10 @@ impl Sandbox {
 
     /// Replaces `old` with `new` where `old` occurs exactly once.
     pub fn edit(&self, path: &str, old: &str, new: &str) -> Result<(), SandboxError> {
-        let text = self.check_edit(path, old)?;
-        self.write(path, &text.replacen(old, new, 1))
+        self.as_worker("edit", path, || {
+            let text = self.check_edit_here(path, old)?;
+            self.write_here(path, &text.replacen(old, new, 1))
+        })?
     }
 
     /// Deletes a file (not a directory). A symlink is removed itself, never its target.
@@ -297,6 +323,11 @@ impl Sandbox {
     /// was checked. The last component is not followed (a link is removed itself, wherever
     /// it points).
     pub fn prepare_delete(&self, path: &str) -> Result<PendingDelete<'_>, SandboxError> {
+        let (dir, name) = self.as_worker("delete", path, || self.delete_target(path))??;
+        Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
+    }
+
+    fn delete_target(&self, path: &str) -> Result<(Dir, String), SandboxError> {
         let vp = self.parse(path)?;
         let area = self.writable_area(&vp, path)?;
         let (dir, name) = self.parent_dir(area, &vp, path, "delete", false)?;
@@ -305,11 +336,15 @@ impl Sandbox {
             return Err(SandboxError::WrongKind { op: "delete", path: show(path), found: "directory", expected: "file" });
         }
         self.refuse_hostrun(&vp, &dir, vp.rel.len() - 1, "delete", path)?;
-        Ok(PendingDelete { sandbox: self, dir, name, shown: path.to_string() })
+        Ok((dir, name))
     }
 
     /// Whether something exists at a readable path.
     pub fn exists(&self, path: &str) -> Result<bool, SandboxError> {
+        self.as_worker("stat", path, || self.exists_here(path))?
+    }
+
+    fn exists_here(&self, path: &str) -> Result<bool, SandboxError> {
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;
         match area.dir.metadata(rel_path(Self::inner(area, &vp))) {
@@ -321,99 +356,16 @@ impl Sandbox {
 
     /// Metadata of a readable path (symlinks inside the area are followed).
     pub fn stat(&self, path: &str) -> Result<FileStat, SandboxError> {
+        self.as_worker("stat", path, || self.stat_here(path))?
+    }
+
+    fn stat_here(&self, path: &str) -> Result<FileStat, SandboxError> {
         let vp = self.parse(path)?;
         let area = self.readable_area(&vp, path)?;
         let meta = area.dir.metadata(rel_path(Self::inner(area, &vp))).map_err(|e| self.io_error("stat", path, &e))?;
         let kind = kind_of(meta.file_type());
         let modified = meta.modified().ok().and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_secs());
         Ok(FileStat { path: self.display(&vp), kind, size: meta.len(), modified, writable: self.writable_area(&vp, path).is_ok() })
-    }
-
-    /// Lists entries below `path` whose path relative to it matches `pattern` (a glob where
-    /// `*` never crosses `/`; `**` does). Directories end in `/`. `list("/")` shows the zones.
-    /// Files whose suffix the mount does not allow are left out. Symlinked directories are
-    /// not descended into. Directories that cannot be opened are named in the result, never
-    /// skipped silently.
-    pub fn list(&self, path: &str, pattern: &str) -> Result<Listing, SandboxError> {
-        let matcher = compile_pattern(pattern)?;
-        let trimmed = path.trim();
-        if self.addressing() == Addressing::Zones && (trimmed.is_empty() || trimmed == "/" || trimmed == ".") {
-            let mut zones: Vec<String> = Vec::new();
-            // The readable areas themselves (a whole zone `/data/`, or `/data/sub/` for a
-            // child restricted to it): every entry shown here can be listed in turn.
-            for a in &self.readable {
-                let shown = self.area_path(&a.key);
-                let entry = format!("{}/", shown.trim_end_matches('/'));
-                // The pattern is matched against the top-level name, as `ls /` would.
-                let top = shown.trim_start_matches('/').split('/').next().unwrap_or("");
-                if !zones.contains(&entry) && matcher.is_match(top) {
-                    zones.push(entry);
-                }
-            }
-            zones.sort();
-            return Ok(Listing { entries: zones, ..Listing::default() });
-        }
-        let path = if trimmed.is_empty() { "/" } else { trimmed };
-        let vp = self.parse(path)?;
-        let area = self.readable_area(&vp, path)?;
-        let dir = area.dir.open_dir(rel_path(Self::inner(area, &vp))).map_err(|e| {
-            if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) {
-                SandboxError::WrongKind { op: "list", path: show(path), found: "file", expected: "directory" }
-            } else {
-                self.io_error("list", path, &e)
-            }
-        })?;
-        let base = self.display(&vp);
-        // A pattern without `/` or `**` only matches the first level: nothing below is read.
-        let deep = pattern.contains('/') || pattern.contains("**");
-        let mut out = Listing::default();
-        // Pending directories hold their parent's handle, not their own: depth-first, that
-        // keeps one open directory per level, however wide the tree.
-        let root = std::sync::Arc::new(dir);
-        let mut stack: Vec<(std::sync::Arc<Dir>, Option<String>, String)> = vec![(root, None, String::new())];
-        while let Some((parent, name, rel)) = stack.pop() {
-            let dir = match &name {
-                None => parent,
-                Some(n) => match parent.open_dir(n) {
-                    Ok(d) => std::sync::Arc::new(d),
-                    Err(e) => {
-                        out.unreadable.push(format!("{}/: {}", join(&base, &rel), describe_io(&e)));
-                        continue;
-                    }
-                },
-            };
-            let entries = match dir.entries() {
-                Ok(entries) => entries,
-                Err(e) => {
-                    out.unreadable.push(format!("{}/: {}", join(&base, &rel), describe_io(&e)));
-                    continue;
-                }
-            };
-            for entry in entries {
-                let entry = entry.map_err(|e| self.io_error("list", path, &e))?;
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let rel_name = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-                let ft = entry.file_type().map_err(|e| self.io_error("list", path, &e))?;
-                let child_vp = VirtualPath { mount: vp.mount, rel: vp.rel.iter().cloned().chain(rel_name.split('/').map(str::to_string)).collect() };
-                if ft.is_dir() {
-                    if matcher.is_match(&rel_name) {
-                        out.entries.push(format!("{}/", join(&base, &rel_name)));
-                    }
-                    if deep {
-                        stack.push((dir.clone(), Some(name), rel_name));
-                    }
-                } else if matcher.is_match(&rel_name) && self.check_suffix_vp(&child_vp, &rel_name).is_ok() {
-                    out.entries.push(join(&base, &rel_name));
-                }
-                if out.entries.len() >= LIST_LIMIT {
-                    out.truncated = true;
-                    out.entries.sort();
-                    return Ok(out);
-                }
-            }
-        }
-        out.entries.sort();
-        Ok(out)
     }
 }
 
@@ -427,28 +379,10 @@ pub struct PendingDelete<'a> {
 }
 
 impl PendingDelete<'_> {
+    /// Removes the entry, as the worker: its write permission on the directory decides.
     pub fn remove(self) -> Result<(), SandboxError> {
-        self.dir.remove_file(&self.name).map_err(|e| self.sandbox.io_error("delete", &self.shown, &e))
-    }
-}
-
-/// What `list` found.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Listing {
-    /// Matching paths, sorted; directories end in `/`.
-    pub entries: Vec<String>,
-    /// True when [`LIST_LIMIT`] entries were reached and the rest was not listed.
-    pub truncated: bool,
-    /// Directories that could not be read (`/data/sub/: permission denied…`): their
-    /// entries are missing from `entries`.
-    pub unreadable: Vec<String>,
-}
-
-fn join(base: &str, rel: &str) -> String {
-    if base.ends_with('/') {
-        format!("{base}{rel}")
-    } else {
-        format!("{base}/{rel}")
+        let PendingDelete { sandbox, dir, name, shown } = self;
+        sandbox.as_worker("delete", &shown, || dir.remove_file(&name).map_err(|e| sandbox.io_error("delete", &shown, &e)))?
     }
 }
 
@@ -462,24 +396,6 @@ fn kind_of(ft: cap_std::fs::FileType) -> FileKind {
     } else {
         FileKind::Other
     }
-}
-
-/// Compiles a `list` pattern, refusing forms that could leave the listed directory.
-fn compile_pattern(pattern: &str) -> Result<GlobMatcher, SandboxError> {
-    let bad = |reason: &str| SandboxError::InvalidPattern { pattern: show(pattern), reason: reason.into() };
-    if pattern.contains('\0') {
-        return Err(bad("it contains a NUL byte"));
-    }
-    if pattern.starts_with('/') || pattern.starts_with('\\') {
-        return Err(bad("it starts with '/'; give the directory as the path and a relative pattern"));
-    }
-    if pattern.starts_with('~') {
-        return Err(bad("it starts with '~'"));
-    }
-    if pattern.split(['/', '\\']).any(|c| c == "..") {
-        return Err(bad("it contains '..'"));
-    }
-    GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build().map(|g| g.compile_matcher()).map_err(|e| bad(&e.kind().to_string()))
 }
 
 /// Writes `bytes` to `name` in `dir` through a temporary file and a rename, so readers see

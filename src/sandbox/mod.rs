@@ -19,6 +19,7 @@ mod hostfiles;
 pub(crate) use hostfiles::matches_any_case;
 mod io;
 mod links;
+mod listing;
 pub(crate) mod mounted;
 mod path;
 mod protect;
@@ -33,14 +34,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::egress::Access;
+use crate::identity::Identity;
 use derive::minimise;
 pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
 pub use grant::Created;
-pub use io::{FileKind, FileStat, Listing, ReadResult, EDIT_MAX_BYTES, LIST_LIMIT};
+pub use io::{FileKind, FileStat, ReadResult, EDIT_MAX_BYTES};
 pub use links::{FollowError, Followed};
+pub use listing::{Listing, LIST_LIMIT};
 pub use path::VirtualPath;
 
 /// Read-only or read-write.
@@ -196,6 +199,9 @@ pub struct Sandbox {
     /// The project's files the host runs (defaults plus `sandbox.protect`): what a mount
     /// added later (`--zone`, `request_access`) is given; never narrowed by a worker.
     hostrun: Arc<crate::hostrun::Protection>,
+    /// Whose rights the file I/O of this sandbox uses: the worker's (see
+    /// [`Sandbox::acting_as`]); workcell's own until a run or `workcell mcp` says whose.
+    identity: Identity,
 }
 
 impl Sandbox {
@@ -232,6 +238,7 @@ impl Sandbox {
             pending: Vec::new(),
             hostfiles,
             hostrun: Arc::default(),
+            identity: Identity::Own,
         })
     }
 
@@ -247,6 +254,7 @@ impl Sandbox {
             pending: Vec::new(),
             hostfiles: self.hostfiles.clone(),
             hostrun: self.hostrun.clone(),
+            identity: self.identity,
         }
     }
 
@@ -259,6 +267,26 @@ impl Sandbox {
     /// The project's protected entries (see [`Sandbox::with_host_protection`]).
     pub fn host_protection(&self) -> &crate::hostrun::Protection {
         &self.hostrun
+    }
+
+    /// The same sandbox doing its file I/O as the worker running as `user`: every read,
+    /// write, listing and check of an existing path is then allowed or refused by the
+    /// operating system exactly as for the worker's own commands, and what it creates is the
+    /// worker's. A workcell that already is that user changes nothing.
+    pub fn acting_as(mut self, user: crate::plan::UserSpec) -> Sandbox {
+        self.identity = Identity::of(user);
+        self
+    }
+
+    /// Whose rights this sandbox's file I/O uses.
+    pub fn identity(&self) -> Identity {
+        self.identity
+    }
+
+    /// Runs `f` with this sandbox's identity; a failure to take it is a refusal of `op` on
+    /// `shown`, with nothing done.
+    pub(crate) fn as_worker<R: Send>(&self, op: &'static str, shown: &str, f: impl FnOnce() -> R + Send) -> Result<R, SandboxError> {
+        self.identity.run(f).map_err(|e| SandboxError::Io { op, path: show(shown), message: e.to_string() })
     }
 
     /// The mounts this sandbox was built from (including ones it can no longer see).

@@ -2,9 +2,9 @@
 //!
 //! Inside a worker, the project's `workcell.yaml`, `workers/`, `.workcell/` and `build:`
 //! folders are bound read-only when a writable zone contains them (`plan::control`). The tool
-//! service, though, writes on the host through the zone's handle, with workcell's own rights:
-//! without this check a worker could ask it to rewrite the config that decides its next
-//! sandbox. The directory a write lands in is judged by what it *is*: its physical ancestors
+//! service, though, writes on the host through the zone's handle (as the worker's user, who
+//! may well own those files): without this check a worker could ask it to rewrite the config
+//! that decides its next sandbox. The directory a write lands in is judged by what it *is*: its physical ancestors
 //! (followed with `..` from the open handle, so no link or other name gets past) are compared,
 //! by device and inode, with the control directories as they are at the time of the write.
 
@@ -66,6 +66,13 @@ impl Sandbox {
     /// control file: `dir` is, or lies below, a control directory, or `dir` is the project
     /// directory and `name` a control entry.
     pub(super) fn refuse_control(&self, dir: &Dir, name: &str, shown: &str) -> Result<(), SandboxError> {
+        // With workcell's rights even when acting as the worker: a control directory or a
+        // directory above the zone the worker may not search must not weaken the check (nor
+        // make it refuse everything).
+        crate::identity::with_own_rights(|| self.refuse_control_here(dir, name, shown))
+    }
+
+    fn refuse_control_here(&self, dir: &Dir, name: &str, shown: &str) -> Result<(), SandboxError> {
         let p = &self.protected;
         let Some(project) = &p.project else { return Ok(()) };
         let refuse = || SandboxError::Protected { path: show(shown) };

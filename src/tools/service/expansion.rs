@@ -46,7 +46,13 @@ impl ToolService {
         }
         // Resolved once, into a handle: the prompt shows the path that handle has, and the
         // grant is that handle, so swapping a link in while the person reads changes nothing.
-        let opened = crate::sandbox::open_for_expansion(p).map_err(|e| ToolError::Refused(format!("'{path}' cannot be used: {e}")))?;
+        // Opened as the worker: a directory its user cannot reach is not granted through us.
+        let opened = self
+            .sandbox()
+            .identity()
+            .run(|| crate::sandbox::open_for_expansion(p))
+            .map_err(|e| ToolError::Failed(e.to_string()))?
+            .map_err(|e| ToolError::Refused(format!("'{}' cannot be used: {e}", escape(path))))?;
         let dir = opened.path.clone();
         if dir.to_string_lossy().chars().any(|c| c.is_control()) {
             return Err(ToolError::Refused(format!("'{}' resolves to a directory whose path contains control characters; it cannot be granted", escape(path))));

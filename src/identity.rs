@@ -1,0 +1,208 @@
+//! One identity per worker: what workcell does on a worker's behalf on the host (the tool
+//! service's file reads and writes, attachments, the copy of a `delivery: copy` zone, granted
+//! directories created at launch) is done with the worker's uid and gid, so the kernel
+//! checks it exactly as it checks the worker's own commands, and what it creates belongs to
+//! the worker.
+//!
+//! A workcell that runs as a normal user already is the worker's user: [`Identity::Own`],
+//! nothing changes and nothing is spawned. A root workcell runs each operation on a thread
+//! of its own that first takes the worker's ids: on Linux credentials are per thread at the
+//! kernel, and the raw `setresgid`/`setgroups`/`setresuid` system calls (rustix, never
+//! glibc's wrappers, which change every thread of the process) change only that thread. The
+//! effective uid becoming non-zero clears every effective capability of the thread
+//! (`CAP_DAC_OVERRIDE`, `CAP_DAC_READ_SEARCH`, `CAP_FOWNER`…), and the filesystem uid follows
+//! the effective one. The thread ends with the operation, so no other code ever runs with
+//! the worker's ids and no thread is left holding them. A check that must see beyond the
+//! worker's reach and only looks (the control files' walk up from a directory,
+//! `sandbox::protect`) steps back to workcell's rights for its duration
+//! ([`with_own_rights`]): the real and saved uid stayed 0, so the effective one may return.
+//!
+//! Handles opened earlier with root's rights (the zones' directories) stay usable as
+//! starting points: every `openat` beneath them checks search permission on each directory
+//! it walks, and read or write permission on what it opens, with the calling thread's ids.
+
+use std::cell::Cell;
+
+use crate::plan::UserSpec;
+
+/// Whose rights a worker's host-side operations use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Identity {
+    /// workcell's own: it already is the worker's user, or the caller acts for nobody
+    /// (tests, `plan`).
+    #[default]
+    Own,
+    /// Another user's (workcell runs as root): each operation runs on a thread of its own
+    /// holding these ids and no supplementary groups, as the worker's processes do.
+    Worker(UserSpec),
+}
+
+/// The worker's ids could not be taken: nothing was done.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot act as the worker's user {uid}:{gid}: {reason}")]
+pub struct SwitchError {
+    pub uid: u32,
+    pub gid: u32,
+    pub reason: String,
+}
+
+thread_local! {
+    /// The worker this thread already acts as (inside [`Identity::run`]): a nested call runs
+    /// in place instead of spawning again.
+    static ACTING: Cell<Option<UserSpec>> = const { Cell::new(None) };
+}
+
+impl Identity {
+    /// The identity for a worker running as `user`: [`Identity::Own`] when workcell already
+    /// has exactly those effective ids.
+    pub fn of(user: UserSpec) -> Identity {
+        if rustix::process::geteuid().as_raw() == user.uid && rustix::process::getegid().as_raw() == user.gid {
+            Identity::Own
+        } else {
+            Identity::Worker(user)
+        }
+    }
+
+    /// The worker's user, when it is not workcell's own.
+    pub fn user(self) -> Option<UserSpec> {
+        match self {
+            Identity::Own => None,
+            Identity::Worker(u) => Some(u),
+        }
+    }
+
+    /// Runs `f` with this identity's rights and returns its result. `Own` calls `f` right
+    /// here; `Worker` runs it on a new thread that holds the worker's ids for its whole life,
+    /// or refuses (nothing run) when they cannot be taken.
+    pub fn run<R: Send>(self, f: impl FnOnce() -> R + Send) -> Result<R, SwitchError> {
+        let Identity::Worker(user) = self else { return Ok(f()) };
+        if ACTING.with(Cell::get) == Some(user) {
+            return Ok(f());
+        }
+        std::thread::scope(|s| {
+            let spawned = std::thread::Builder::new().name("workcell-as-worker".into()).spawn_scoped(s, move || {
+                become_worker(user)?;
+                ACTING.with(|a| a.set(Some(user)));
+                Ok(f())
+            });
+            match spawned {
+                Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(e) => Err(SwitchError { uid: user.uid, gid: user.gid, reason: format!("no thread could be started ({e})") }),
+            }
+        })
+    }
+}
+
+/// Runs `f` with workcell's own rights. On a thread acting as a worker (inside
+/// [`Identity::run`]) its effective uid returns to 0 for `f` (which restores its effective
+/// capabilities) and to the worker's right after, even when `f` panics; elsewhere `f` runs
+/// as it is. Only for checks that look (metadata, never contents) where the worker's rights
+/// would make a protection weaker.
+pub(crate) fn with_own_rights<R>(f: impl FnOnce() -> R) -> R {
+    let Some(user) = ACTING.with(Cell::get) else { return f() };
+    let _back = step_back(user);
+    f()
+}
+
+/// While alive, the thread has workcell's effective uid; dropped, the worker's again.
+struct SteppedBack(UserSpec);
+
+#[cfg(target_os = "linux")]
+fn step_back(user: UserSpec) -> SteppedBack {
+    if let Err(e) = rustix::thread::set_thread_res_uid(None, Some(rustix::process::Uid::ROOT), None) {
+        // Still the worker: the check runs with less, never more.
+        tracing::debug!("cannot return to workcell's rights for a check: {e}");
+    }
+    SteppedBack(user)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn step_back(user: UserSpec) -> SteppedBack {
+    SteppedBack(user)
+}
+
+impl Drop for SteppedBack {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        let back = rustix::thread::set_thread_res_uid(None, Some(rustix::process::Uid::from_raw(self.0.uid)), None).is_ok();
+        #[cfg(not(target_os = "linux"))]
+        let back = true;
+        if !back || rustix::process::geteuid().as_raw() != self.0.uid {
+            // Never go on acting for a worker with root's rights.
+            std::process::abort();
+        }
+    }
+}
+
+/// Gives the calling thread (only it) the worker's ids: no supplementary groups, the
+/// worker's gid, then its uid (last: after it, the thread may change no ids). The real and
+/// saved ids stay; nothing this thread runs is anybody's but ours.
+#[cfg(target_os = "linux")]
+fn become_worker(user: UserSpec) -> Result<(), SwitchError> {
+    use rustix::process::{Gid, Uid};
+    let failed = |what: &str, e: rustix::io::Errno| SwitchError { uid: user.uid, gid: user.gid, reason: format!("{what} ({})", std::io::Error::from(e)) };
+    rustix::thread::set_thread_groups(&[]).map_err(|e| failed("its supplementary groups cannot be dropped", e))?;
+    rustix::thread::set_thread_res_gid(None, Some(Gid::from_raw(user.gid)), None).map_err(|e| failed("its group cannot be taken", e))?;
+    rustix::thread::set_thread_res_uid(None, Some(Uid::from_raw(user.uid)), None).map_err(|e| failed("its uid cannot be taken", e))?;
+    // Checked, not assumed: an operation must never run with root's rights by mistake.
+    if rustix::process::geteuid().as_raw() != user.uid || rustix::process::getegid().as_raw() != user.gid {
+        return Err(SwitchError { uid: user.uid, gid: user.gid, reason: "the thread's ids did not change".into() });
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn become_worker(user: UserSpec) -> Result<(), SwitchError> {
+    Err(SwitchError { uid: user.uid, gid: user.gid, reason: "acting as another user is supported on Linux only; run workcell as the worker's user".into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_runs_in_place() {
+        let here = std::thread::current().id();
+        assert_eq!(Identity::Own.run(|| std::thread::current().id()).unwrap(), here);
+        let me = UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
+        assert_eq!(Identity::of(me), Identity::Own);
+    }
+
+    /// Only as root: the thread holds the worker's ids and no effective capability; the
+    /// caller's thread keeps its own; a nested call runs in place.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_worker_thread_has_the_workers_ids_and_no_capabilities() {
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let user = UserSpec { uid: 4242, gid: 4343 };
+        let (ids, cap_eff, groups, nested) = Identity::of(user)
+            .run(|| {
+                let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+                let field = |k: &str| status.lines().find(|l| l.starts_with(k)).map(|l| l[k.len()..].trim().to_string()).unwrap_or_default();
+                let here = std::thread::current().id();
+                let nested = Identity::of(user).run(|| std::thread::current().id() == here).unwrap();
+                ((rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw()), field("CapEff:"), field("Groups:"), nested)
+            })
+            .unwrap();
+        assert_eq!(ids, (4242, 4343));
+        assert_eq!(cap_eff, "0000000000000000");
+        assert_eq!(groups, "");
+        assert!(nested, "a nested call must run on the same thread");
+        let (inside, after) = Identity::of(user)
+            .run(|| {
+                let cap = || {
+                    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+                    status.lines().find(|l| l.starts_with("CapEff:")).map(|l| l[7..].trim().to_string()).unwrap_or_default()
+                };
+                let inside = with_own_rights(|| (rustix::process::geteuid().as_raw(), cap()));
+                (inside, (rustix::process::geteuid().as_raw(), cap()))
+            })
+            .unwrap();
+        assert_eq!(inside.0, 0);
+        assert_ne!(inside.1, "0000000000000000", "stepped back: workcell's capabilities");
+        assert_eq!(after, (4242, "0000000000000000".to_string()), "and the worker's ids again after");
+        assert!(rustix::process::geteuid().is_root(), "the caller's thread keeps its ids");
+    }
+}
