@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub mod access;
 pub mod accounts;
 mod control;
 pub mod runtime;
@@ -260,6 +261,9 @@ pub enum PlanError {
     BuildFolderWritable { worker: String, zone: String },
     #[error("the writable zone {zone} is inside the project's control files ({}): a worker could rewrite what decides its next sandbox. Make the zone read-only", entry.display())]
     ZoneInsideControl { zone: String, entry: PathBuf },
+    /// A zone the worker's identity cannot use (checked before anything starts).
+    #[error(transparent)]
+    Access(#[from] access::AccessError),
     #[error("the writable zone {zone} is the project directory, which has no workcell.yaml: a worker could write one that a later run would use. Create it first (`workcell init`), or make the zone read-only, or use a directory inside the project")]
     WritableProjectWithoutConfig { zone: String },
 }
