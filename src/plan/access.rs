@@ -88,34 +88,39 @@ impl std::fmt::Display for Refusal {
         let path = escape(&self.path.to_string_lossy()).into_owned();
         let verb = if self.need == Need::Write { "write" } else { "read" };
         let zone = escape(&self.zone).into_owned();
+        let mut fixes: Vec<(String, String)> = Vec::new();
         match &self.blocked {
             Blocked::Zone { owner } => {
                 let owner = owner.map(|o| format!(" ({o})")).unwrap_or_default();
-                writeln!(f, "the worker cannot {verb} zone '{zone}': it runs as {u}:{g}, and {path}{owner} does not let it.")?;
-                writeln!(f, "  Fix one of these ways:")?;
+                write!(f, "the worker cannot {verb} zone '{zone}': it runs as {u}:{g}, and {path}{owner} does not let it.")?;
                 if self.need == Need::Write {
-                    writeln!(f, "    chown -R {u}:{g} {path}          give the directory to the worker")?;
+                    fixes.push((format!("chown -R {u}:{g} {path}"), "give the directory to the worker".into()));
                 } else {
-                    writeln!(f, "    chmod -R a+rX {path}          let every user read it (or chown -R {u}:{g} {path})")?;
+                    fixes.push((format!("chmod -R a+rX {path}"), format!("let every user read it (or chown -R {u}:{g} {path})")));
                 }
-                writeln!(f, "    defaults.user: \"UID:GID\"      in workcell.yaml: workers run as a user who may {verb} it (when workcell runs as root)")?;
-                write!(f, "    workcell run --user UID[:GID]  the same, for one run")?;
-                if self.need == Need::Write {
-                    write!(f, "\n    delivery: copy                 on zone '{zone}' in workcell.yaml: the worker writes a private copy, workcell publishes the checked result")?;
-                }
-                Ok(())
             }
             Blocked::Above { dir, owner } => {
                 let dir = escape(&dir.to_string_lossy()).into_owned();
                 let owner = owner.map(|o| format!(" ({o})")).unwrap_or_default();
-                writeln!(f, "the worker cannot reach zone '{zone}' ({path}) on bwrap: it runs as {u}:{g}, and the directory above it, {dir}{owner}, is not searchable by it.")?;
-                writeln!(f, "  Fix one of these ways:")?;
-                writeln!(f, "    chmod o+x {dir}              let other users pass through it (they still cannot list it)")?;
-                writeln!(f, "    move the project to a directory every user can reach (not below /root)")?;
-                writeln!(f, "    defaults.user: \"UID:GID\"      in workcell.yaml, or `workcell run --user UID[:GID]`: a user who may pass")?;
-                write!(f, "    --backend docker               Docker binds the directory without walking the path as the worker")
+                write!(f, "the worker cannot reach zone '{zone}' ({path}) on bwrap: it runs as {u}:{g}, and {dir}{owner} above it is not searchable by it.")?;
+                fixes.push((format!("chmod o+x {dir}"), "let other users pass through it (they still cannot list it)".into()));
+                fixes.push(("--backend docker".into(), "Docker binds the directory without walking its path as the worker".into()));
             }
         }
+        fixes.push(("defaults.user: \"UID:GID\"".into(), format!("in workcell.yaml: workers run as a user who may {verb} it (when workcell runs as root)")));
+        fixes.push(("workcell run --user UID[:GID]".into(), "the same, for one run".into()));
+        if self.need == Need::Write && matches!(self.blocked, Blocked::Zone { .. }) {
+            fixes.push((
+                "delivery: copy".into(),
+                format!("on zone '{zone}' in workcell.yaml: the worker writes a private copy, workcell publishes the checked result"),
+            ));
+        }
+        write!(f, "\n  Fix one of these ways:")?;
+        let width = fixes.iter().map(|(c, _)| c.chars().count()).max().unwrap_or(0);
+        for (cmd, why) in fixes {
+            write!(f, "\n    {cmd:<width$}   {why}")?;
+        }
+        Ok(())
     }
 }
 
