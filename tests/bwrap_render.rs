@@ -132,6 +132,8 @@ fn unenforced_limits_are_named() {
 #[test]
 fn plan_prints_the_bwrap_argv() {
     let f = Fixture::new(ZONES, &[]);
+    // As root the worker is the project's owner: its rw zone must be its (else `plan` refuses).
+    support::give_to_worker(&f.root());
     let mut cmd = assert_cmd::Command::cargo_bin("workcell").expect("workcell binary");
     let out = cmd.current_dir(f.root()).args(["plan", "--backend", "bwrap", "--", "true"]).output().expect("plan");
     let text = String::from_utf8_lossy(&out.stdout);

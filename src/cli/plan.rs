@@ -37,9 +37,15 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     let sandbox = worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), runtime: args.runtime.clone(), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
-    // As a run would refuse it: a zone the worker's user cannot use.
+    // A zone the worker's user cannot use: the plan is shown, then refused as a run would be.
     let bwrap = args.backend.unwrap_or(project.defaults.backend) == crate::config::BackendChoice::Bwrap;
-    crate::plan::access::check_sandbox(&sandbox, plan.user, bwrap).map_err(|e| CliError::Usage(e.to_string()))?;
+    let access = crate::plan::access::check_sandbox(&sandbox, plan.user, bwrap).map_err(|e| CliError::Usage(e.to_string()));
+    print_plan(args, &plan, &sandbox)?;
+    access.map(|()| 0)
+}
+
+fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sandbox) -> Result<i32, CliError> {
+    let plan = plan.clone();
     // The renderings of backends that would refuse this plan are not shown as if they would run.
     if let (Some(runtime), Some(backend @ (crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt))) = (&plan.runtime, args.backend) {
         let backend = if backend == crate::config::BackendChoice::Bwrap { "bwrap" } else { "seatbelt" };
