@@ -377,3 +377,22 @@ both!(
     user_flag,
     localhost_resolves,
 );
+
+/// `doctor` in a project names what `run` would refuse, and still exits 0.
+#[test]
+fn doctor_lists_the_zones_the_worker_cannot_use() {
+    if !is_root() {
+        return;
+    }
+    let (_tmp, dir) = report_copy();
+    let out = Command::new(bin()).current_dir(&dir).arg("doctor").output().expect("doctor");
+    show("doctor", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cannot write zone 'out'") && text.contains("chown -R 65534:65534"), "{text}");
+    if support::backend_ready("docker") || support::backend_ready("bwrap") {
+        assert_eq!(out.status.code(), Some(0));
+    }
+    chown(&dir.join("out"), 65534, 65534);
+    let out = Command::new(bin()).current_dir(&dir).arg("doctor").output().expect("doctor");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("cannot write zone"));
+}
