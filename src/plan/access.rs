@@ -11,9 +11,11 @@
 //! count exactly as they will for the worker. Credentials are per thread in the kernel; the
 //! raw system calls change only that thread, which ends after the question.
 
+#[cfg(target_os = "linux")]
 use std::os::fd::{AsRawFd, BorrowedFd};
+#[cfg(target_os = "linux")]
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::{Held, UserSpec};
 use crate::sandbox::{Delivery, Sandbox};
@@ -146,6 +148,13 @@ pub fn checks_for(sandbox: &Sandbox, ancestors: bool) -> Vec<Check> {
 /// root, and `user` is not us), or the kernel cannot answer (no `faccessat2`), nothing is
 /// refused: the check is a courtesy before the run, the kernel still decides in the worker.
 pub fn check(checks: &[Check], user: UserSpec) -> Result<(), AccessError> {
+    // Elsewhere (macOS) the worker is the user who started workcell: nothing to take on.
+    #[cfg(not(target_os = "linux"))]
+    let refusals: Vec<Refusal> = {
+        let _ = (checks, user);
+        Vec::new()
+    };
+    #[cfg(target_os = "linux")]
     let refusals = as_worker(user, || checks.iter().filter_map(|c| refusal(c, user)).collect::<Vec<_>>()).unwrap_or_else(|e| {
         tracing::debug!("cannot check the zones as the worker: {e}");
         Vec::new()
@@ -162,12 +171,13 @@ pub fn check_sandbox(sandbox: &Sandbox, user: UserSpec, ancestors: bool) -> Resu
     check(&checks_for(sandbox, ancestors), user)
 }
 
+#[cfg(target_os = "linux")]
 /// Runs on the worker's thread: what refuses `c`, if anything.
 fn refusal(c: &Check, user: UserSpec) -> Option<Refusal> {
     let refused = |blocked| Some(Refusal { zone: c.zone.clone(), path: c.path.clone(), need: c.need, user, blocked });
     if c.ancestors {
         // From `/` down: the first the kernel would stop at.
-        let mut above: Vec<&Path> = c.path.ancestors().skip(1).collect();
+        let mut above: Vec<&std::path::Path> = c.path.ancestors().skip(1).collect();
         above.reverse();
         for dir in above {
             if let Err(e) = access_path(dir, libc::X_OK) {
@@ -190,10 +200,12 @@ fn refusal(c: &Check, user: UserSpec) -> Option<Refusal> {
     }
 }
 
-fn owner_of(dir: &Path) -> Option<Owner> {
+#[cfg(target_os = "linux")]
+fn owner_of(dir: &std::path::Path) -> Option<Owner> {
     std::fs::metadata(dir).ok().map(|m| Owner { uid: m.uid(), gid: m.gid(), mode: m.mode() })
 }
 
+#[cfg(target_os = "linux")]
 /// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: the held object itself.
 fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> std::io::Result<()> {
     // SAFETY: a valid descriptor and a NUL-terminated empty path; the call reads nothing else.
@@ -205,9 +217,10 @@ fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> std::io::Result<()> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// `faccessat2(AT_FDCWD, path, mode, AT_EACCESS)`: a directory above a zone, by the path
 /// bwrap will walk.
-fn access_path(path: &Path, mode: i32) -> std::io::Result<()> {
+fn access_path(path: &std::path::Path, mode: i32) -> std::io::Result<()> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
     // SAFETY: a NUL-terminated path that outlives the call.
     let r = unsafe { libc::syscall(libc::SYS_faccessat2, libc::AT_FDCWD, c.as_ptr(), mode, libc::AT_EACCESS) };
@@ -218,6 +231,7 @@ fn access_path(path: &Path, mode: i32) -> std::io::Result<()> {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Runs `f` on a thread of its own holding the worker's file-system identity. As a normal
 /// user the worker is us (see [`super::worker_user`]), and `f` runs with our own ids.
 fn as_worker<T: Send>(user: UserSpec, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
