@@ -252,7 +252,7 @@ fn as_worker<T: Send>(user: UserSpec, f: impl FnOnce() -> T + Send) -> std::io::
             // Asking again returns the current value: proof the change took.
             // SAFETY: as above.
             let (uid, gid) = unsafe { (libc::syscall(libc::SYS_setfsuid, user.uid), libc::syscall(libc::SYS_setfsgid, user.gid)) };
-            if i64::from(uid) != i64::from(user.uid) || i64::from(gid) != i64::from(user.gid) {
+            if uid != libc::c_long::from(user.uid) || gid != libc::c_long::from(user.gid) {
                 return Err(std::io::Error::other("setfsuid/setfsgid did not take"));
             }
             Ok(f())
