@@ -93,9 +93,15 @@ fn quick_start(backend: &str, dir: &Path, as_user: Option<u32>) {
     assert!(n.contains("/in/notes.md"), "{n}");
 }
 
-/// `workcell run --backend B ARGS` in `cwd`.
+/// `workcell run --backend B ARGS` in `cwd`; `docker+runsc` is docker under gVisor.
 fn run(backend: &str, cwd: &Path, args: &[&str]) -> Output {
-    let out = Command::new(bin()).current_dir(cwd).arg("run").arg("--backend").arg(backend).args(args).output().expect("workcell");
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(cwd).arg("run");
+    match backend.split_once('+') {
+        Some((backend, runtime)) => cmd.args(["--backend", backend, "--runtime", runtime]),
+        None => cmd.args(["--backend", backend]),
+    };
+    let out = cmd.args(args).output().expect("workcell");
     show(&format!("run {args:?}"), &out);
     out
 }
@@ -377,6 +383,9 @@ both!(
     user_flag,
     localhost_resolves,
 );
+
+// gVisor has a network stack and name resolution of its own to get right.
+suite!(runsc, "docker+runsc", [localhost_resolves]);
 
 /// `doctor` in a project names what `run` would refuse, and still exits 0.
 #[test]

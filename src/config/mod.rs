@@ -307,7 +307,11 @@ impl Project {
             return Err(diag.at(forms[1].1, format!("sandbox declares {}; use exactly one of zones, paths, root (mapping) or mounts", names.join(" and "))));
         }
 
-        let mut builder = MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new() };
+        // Zone directories `sandboxed` mode creates belong to the worker's user (as root: the
+        // configured `defaults.user`, an invalid one being refused below).
+        let configured = raw.defaults.as_ref().and_then(|d| d.user.as_ref()).and_then(|u| parse_user(&u.value).ok());
+        let owner = rustix::process::geteuid().is_root().then(|| crate::plan::worker_user(&dir, configured));
+        let mut builder = MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, owner, mounts: Vec::new(), spans: Vec::new() };
         let mut addressing = Addressing::Zones;
         if let Some(zones) = &rs.zones {
             for (name, z) in &zones.value {

@@ -266,6 +266,33 @@ fn as_worker<T: Send>(user: UserSpec, f: impl FnOnce() -> T + Send) -> std::io::
 mod tests {
     use super::*;
 
+    /// As root, the kernel answers for the worker: a root-owned 0755 directory is readable
+    /// but not writable by nobody, and a 0700 one not even readable.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_answers_as_the_worker() {
+        use std::os::unix::fs::PermissionsExt;
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let held = Held::dup(std::fs::File::open(tmp.path()).expect("open")).expect("dup");
+        let nobody = UserSpec { uid: 65534, gid: 65534 };
+        let check = |need| Check { zone: "z".into(), path: tmp.path().into(), held: held.clone(), need, ancestors: false, copy: false };
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(super::check(&[check(Need::Read)], nobody).is_ok());
+        let refused = super::check(&[check(Need::Write)], nobody).expect_err("nobody cannot write a root 0755 directory");
+        assert_eq!(
+            refused.refusals[0].blocked,
+            Blocked::Zone { owner: Some(Owner { uid: 0, gid: 0, mode: rustix::fs::fstat(&*held.0).expect("stat").st_mode }) }
+        );
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        assert!(super::check(&[check(Need::Read)], nobody).is_err());
+        // workcell's own threads keep root's rights: only the checking thread changed.
+        assert!(std::fs::read_dir(tmp.path()).is_ok());
+        std::fs::write(tmp.path().join("still-root"), "x").expect("this thread is still root");
+    }
+
     #[test]
     fn refusal_names_zone_path_owner_user_and_fixes() {
         let r = Refusal {
