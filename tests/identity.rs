@@ -302,6 +302,41 @@ mod body {
         }
     }
 
+    pub fn grant_under_a_root_owned_zone(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        // The zone is root's; the worker is granted only a directory inside it that does not
+        // exist yet: the run creates it for the worker, and the check passes.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        chmod(tmp.path(), 0o755);
+        let dir = tmp.path().join("proj");
+        std::fs::create_dir_all(dir.join("out")).expect("out");
+        std::fs::create_dir_all(dir.join("workers")).expect("workers");
+        std::fs::write(
+            dir.join("workcell.yaml"),
+            "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+        )
+        .expect("yaml");
+        std::fs::write(dir.join("workers/g.worker"), "---\nsandbox:\n  allow_write: [/out/new]\ncommand: [sh, -c, \"touch /out/new/x\"]\n---\n")
+            .expect("worker");
+        let out = run(backend, &dir, &["g"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(std::fs::metadata(dir.join("out/new/x")).expect("x").uid(), 65534);
+        // Behind a closed zone directory, bwrap cannot reach the grant: refused, and the
+        // directory the run made is removed again.
+        std::fs::remove_dir_all(dir.join("out/new")).expect("rm");
+        chmod(&dir.join("out"), 0o700);
+        let out = run(backend, &dir, &["g"]);
+        if backend == "bwrap" {
+            assert_eq!(out.status.code(), Some(2));
+            assert!(stderr(&out).contains("cannot reach zone 'out'"), "{}", stderr(&out));
+            assert!(!dir.join("out/new").exists(), "the refused run left its grant behind");
+        } else {
+            assert_eq!(out.status.code(), Some(0));
+        }
+    }
+
     pub fn user_flag(backend: &str) {
         let (_tmp, dir) = scratch();
         std::fs::create_dir(dir.join("out")).expect("out");
@@ -380,6 +415,7 @@ both!(
     ro_zone_with_a_private_file_runs,
     group_and_acl_writable_zones_run,
     private_parent_directory,
+    grant_under_a_root_owned_zone,
     user_flag,
     localhost_resolves,
 );

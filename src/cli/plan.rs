@@ -38,8 +38,12 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), runtime: args.runtime.clone(), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
     // A zone the worker's user cannot use: the plan is shown, then refused as a run would be.
-    let bwrap = args.backend.unwrap_or(project.defaults.backend) == crate::config::BackendChoice::Bwrap;
-    let access = crate::plan::access::check_sandbox(&sandbox, plan.user, bwrap).map_err(|e| CliError::Usage(e.to_string()));
+    // (Seatbelt and none run the worker as workcell's own user, not as the plan's.)
+    let choice = args.backend.unwrap_or(project.defaults.backend);
+    let access = match choice {
+        crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
+        _ => crate::plan::access::check_sandbox(&sandbox, plan.user, choice == crate::config::BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string())),
+    };
     print_plan(args, &plan, &sandbox)?;
     access.map(|()| 0)
 }

@@ -142,7 +142,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         stdin_once: Some(plan.interactive),
         // Not `network_disabled`: with it Docker writes an empty `/etc/hosts`. `network_mode:
         // none` alone gives the worker loopback only, and a hosts file with `localhost`.
-        network_disabled: None,
+        network_disabled: Some(false),
         host_config: Some(host_config),
         ..Default::default()
     };
