@@ -441,3 +441,21 @@ fn doctor_lists_the_zones_the_worker_cannot_use() {
     let out = Command::new(bin()).current_dir(&dir).arg("doctor").output().expect("doctor");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("cannot write zone"));
 }
+
+/// `mcp` refuses before serving, as a run would: its tools act for the worker.
+#[test]
+fn mcp_refuses_a_zone_the_worker_cannot_write() {
+    if !is_root() {
+        return;
+    }
+    let (_tmp, dir) = report_copy();
+    let out = Command::new(bin()).current_dir(&dir).arg("mcp").stdin(std::process::Stdio::null()).output().expect("mcp");
+    show("mcp", &out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cannot write zone 'out'"), "{}", stderr(&out));
+    let out = Command::new(bin()).current_dir(&dir).args(["plan", "line-count"]).output().expect("plan");
+    show("plan", &out);
+    assert_eq!(out.status.code(), Some(2), "plan shows the plan, then refuses");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("user:     65534:65534"));
+    assert!(stderr(&out).contains("chown -R 65534:65534"));
+}
