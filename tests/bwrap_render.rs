@@ -102,7 +102,7 @@ fn bwrap_argv_has_no_other_host_paths() {
 fn bwrap_argv_remounts_root_read_only_after_every_mount() {
     let f = Fixture::new(ZONES, &[]);
     let plan = f.plan(None, Overrides::default());
-    let passed = bwrap::Passed { mounts: vec![None; plan.mounts.len()], seccomp: Some(9), accounts: Some([7, 8]) };
+    let passed = bwrap::Passed { mounts: vec![None; plan.mounts.len()], seccomp: Some(9), accounts: Some([7, 8]), names: Some([10, 11]) };
     let argv: Vec<String> =
         bwrap::render_argv_passed(&plan, Path::new("/usr/bin/bwrap"), Default::default(), &passed).iter().map(|w| w.to_string_lossy().into_owned()).collect();
     let at = |words: &[&str]| argv.windows(words.len()).position(|w| w == words).unwrap_or_else(|| panic!("{words:?} missing in {argv:?}"));
@@ -132,6 +132,8 @@ fn unenforced_limits_are_named() {
 #[test]
 fn plan_prints_the_bwrap_argv() {
     let f = Fixture::new(ZONES, &[]);
+    // As root the worker is the project's owner: its rw zone must be its (else `plan` refuses).
+    support::give_to_worker(&f.root());
     let mut cmd = assert_cmd::Command::cargo_bin("workcell").expect("workcell binary");
     let out = cmd.current_dir(f.root()).args(["plan", "--backend", "bwrap", "--", "true"]).output().expect("plan");
     let text = String::from_utf8_lossy(&out.stdout);

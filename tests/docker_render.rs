@@ -14,6 +14,11 @@ fn plan_project() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
     std::fs::create_dir_all(dir.join("data")).expect("mkdir");
     std::fs::create_dir_all(dir.join("out")).expect("mkdir");
+    // As root the worker is nobody here (the project is root's): its rw zone is its own, or
+    // `plan` refuses it.
+    if rustix::process::geteuid().is_root() {
+        rustix::fs::chown(dir.join("out"), Some(rustix::fs::Uid::from_raw(65534)), Some(rustix::fs::Gid::from_raw(65534))).expect("chown out");
+    }
     write_project(
         &dir,
         PROJECT,

@@ -27,6 +27,15 @@ fn audit(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join(".workcell/audit.jsonl")).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
+/// As root, the worker of a project root owns is nobody: the zones it (and the tools acting
+/// for it) write must be nobody's, or the run is refused before it starts.
+fn worker_owns(path: &Path) {
+    if rustix::process::geteuid().is_root() {
+        let nobody = (Some(rustix::fs::Uid::from_raw(65534)), Some(rustix::fs::Gid::from_raw(65534)));
+        rustix::fs::chown(path, nobody.0, nobody.1).expect("chown");
+    }
+}
+
 /// A worker file whose command is `sh -c SCRIPT`; the command is written as JSON (which is
 /// YAML) so the script needs no YAML quoting.
 fn worker(front: &str, script: &str) -> String {
@@ -36,6 +45,7 @@ fn worker(front: &str, script: &str) -> String {
 
 fn ask_zone_project(dir: &Path) {
     std::fs::create_dir_all(dir.join("drafts")).expect("mkdir");
+    worker_owns(&dir.join("drafts"));
     let worker = worker(
         "sandbox:\n  zones:\n    - {name: drafts, mode: rw}\n",
         &format!(
@@ -82,6 +92,7 @@ fn spoofing_paths_never_reach_the_terminal(backend: &str) {
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(tmp.path().join("drafts")).expect("mkdir");
+    worker_owns(&tmp.path().join("drafts"));
     let worker = worker(
         "sandbox:\n  zones:\n    - {name: drafts, mode: rw}\n",
         &format!(
@@ -122,6 +133,7 @@ fn delegation_derives_the_child_sandbox(backend: &str) {
     let tmp = tempfile::tempdir().expect("tempdir");
     for d in ["data", "out"] {
         std::fs::create_dir_all(tmp.path().join(d)).expect("mkdir");
+        worker_owns(&tmp.path().join(d));
     }
     std::fs::write(tmp.path().join("data/doc.txt"), "the document").expect("write");
     let call = |name: &str, input: &str| {
@@ -169,6 +181,7 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(tmp.path().join("data")).expect("mkdir");
+    worker_owns(&tmp.path().join("data"));
     std::fs::write(tmp.path().join("data/doc.txt"), "shell can read this").expect("write");
     let shell = |cmd: &str| format!(r#"{CURL} --data-binary '{{"command":"{cmd}"}}' http://workcell/v1/tools/shell; echo"#);
     let w = worker(
@@ -208,6 +221,7 @@ fn child_worker_limits_hold(backend: &str) {
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(tmp.path().join("data")).expect("mkdir");
+    worker_owns(&tmp.path().join("data"));
     let parent = worker(
         "workers: [bomber]\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n",
         &format!(r#"{CURL} --data-binary '{{"name":"bomber","input":"go"}}' http://workcell/v1/tools/call_worker; echo"#),
@@ -239,6 +253,7 @@ fn no_broker_means_no_socket_and_no_token(backend: &str) {
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir_all(tmp.path().join("in")).expect("mkdir");
+    worker_owns(&tmp.path().join("in"));
     let script = "test -e /run/workcell && echo HAS-BROKER-DIR; echo token=${WORKCELL_TOKEN:-none}";
     let run = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
@@ -268,6 +283,7 @@ fn shell_rules_see_through_launchers_and_git(backend: &str) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let out = tmp.path().join("out");
     std::fs::create_dir_all(out.join("pub")).expect("mkdir");
+    worker_owns(&out.join("pub"));
     std::fs::write(out.join("pub/ok.txt"), "PUBLIC-TEXT").expect("write");
     std::fs::write(out.join("secret.txt"), "SECRET-TEXT").expect("write");
     std::fs::write(out.join("victim"), "still here").expect("write");

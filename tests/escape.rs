@@ -373,8 +373,9 @@ fn bwrap_zone_behind_a_closed_directory_says_what_to_do() {
         .output()
         .expect("workcell");
     let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(125), "{stderr}");
-    assert!(stderr.contains("cannot reach the zone /in") && stderr.contains("chmod o+x"), "{stderr}");
+    // Refused before anything starts (`plan::access`), naming the directory and the fixes.
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot reach zone 'in'") && stderr.contains(&closed.display().to_string()) && stderr.contains("chmod o+x"), "{stderr}");
 }
 
 /// The broker token never appears on a command line (any local user can read every

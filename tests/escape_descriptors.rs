@@ -36,6 +36,11 @@ impl Setup {
         std::fs::create_dir_all(&outside).expect("mkdir");
         std::fs::write(proj.join("data/doc.txt"), "zone file\n").expect("write");
         std::fs::write(proj.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: rw}\n").expect("write");
+        // As root the worker is nobody: its rw zone is its, or the run is refused.
+        if rustix::process::geteuid().is_root() {
+            let nobody = (Some(rustix::fs::Uid::from_raw(65534)), Some(rustix::fs::Gid::from_raw(65534)));
+            rustix::fs::chown(proj.join("data"), nobody.0, nobody.1).expect("chown");
+        }
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         let secret = format!("HOST-SECRET-{}-{nanos}", std::process::id());
         std::fs::write(outside.join("secret.txt"), format!("{secret}\n")).expect("write");

@@ -35,6 +35,11 @@ impl Setup {
         let outside = root.join("outside");
         std::fs::create_dir_all(&proj).expect("mkdir");
         std::fs::create_dir_all(&outside).expect("mkdir");
+        // As root the worker is nobody: the writable root is its, or the run is refused
+        // before it starts (and the worker could not plant anything).
+        if rustix::process::geteuid().is_root() {
+            rustix::fs::chown(&proj, Some(rustix::fs::Uid::from_raw(65534)), Some(rustix::fs::Gid::from_raw(65534))).expect("chown");
+        }
         // Writes and deletes pre-approved: otherwise the root is mounted read-only and writes
         // go through the broker.
         std::fs::write(proj.join("workcell.yaml"), "sandbox:\n  root: {root: ., readonly: false, approval: {write: preApproved, delete: preApproved}}\n")

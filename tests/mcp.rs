@@ -18,6 +18,10 @@ fn project() -> tempfile::TempDir {
     let p = tmp.path();
     std::fs::create_dir_all(p.join("data")).expect("mkdir");
     std::fs::create_dir_all(p.join("out")).expect("mkdir");
+    // As root the worker (and the tools acting for it) is nobody: `out` is its.
+    if rustix::process::geteuid().is_root() {
+        rustix::fs::chown(p.join("out"), Some(rustix::fs::Uid::from_raw(65534)), Some(rustix::fs::Gid::from_raw(65534))).expect("chown");
+    }
     std::fs::write(p.join("data/hello.txt"), "hello from the data zone\n").expect("write");
     std::fs::write(p.join("workcell.yaml"), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw}\n").expect("write");
     // The tools act as the worker (the project's owner; as root, the test worker): it

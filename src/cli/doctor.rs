@@ -51,6 +51,7 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
                 "workers": p.workers,
                 "broken": p.broken.iter().map(|(name, e)| serde_json::json!({"worker": name, "error": e.to_string()})).collect::<Vec<_>>(),
                 "error": p.error,
+                "access": p.access,
             })),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -124,6 +125,8 @@ struct ProjectFindings {
     broken: Vec<(String, crate::config::ConfigError)>,
     /// The project file itself was refused.
     error: Option<String>,
+    /// Zones the worker's user cannot use, as `run` would refuse them (`plan::access`).
+    access: Vec<String>,
 }
 
 fn project_findings(cli: &Cli) -> Option<ProjectFindings> {
@@ -133,9 +136,31 @@ fn project_findings(cli: &Cli) -> Option<ProjectFindings> {
         None => find_config(&cwd)?,
     };
     Some(match Project::load(Some(&file), &cwd) {
-        Ok(p) => ProjectFindings { file, workers: p.workers.keys().cloned().collect(), broken: p.broken.into_iter().collect(), error: None },
-        Err(e) => ProjectFindings { file, workers: Vec::new(), broken: Vec::new(), error: Some(e.to_string()) },
+        Ok(p) => {
+            let access = access_findings(&p);
+            ProjectFindings { file, workers: p.workers.keys().cloned().collect(), broken: p.broken.into_iter().collect(), error: None, access }
+        }
+        Err(e) => ProjectFindings { file, workers: Vec::new(), broken: Vec::new(), error: Some(e.to_string()), access: Vec::new() },
     })
+}
+
+/// The zones of the project and of each worker that the worker's user could not use, each
+/// once (the directories above them too when bwrap works here).
+fn access_findings(p: &Project) -> Vec<String> {
+    let user = crate::plan::worker_user(&p.dir, p.defaults.user);
+    let bwrap = crate::backend::bwrap::probe().is_ok();
+    let mut out: Vec<String> = Vec::new();
+    for sandbox in std::iter::once(&p.sandbox).chain(p.workers.values().map(|w| &w.sandbox)) {
+        if let Err(e) = crate::plan::access::check_sandbox(sandbox, user, bwrap) {
+            for r in e.refusals {
+                let text = r.to_string();
+                if !out.contains(&text) {
+                    out.push(text);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn print_project(p: &ProjectFindings) {
@@ -156,5 +181,9 @@ fn print_project(p: &ProjectFindings) {
     }
     if !p.broken.is_empty() {
         println!("  (a broken worker file stops only the commands that use that worker)");
+    }
+    for finding in &p.access {
+        // Already escaped where it quotes paths and names.
+        println!("  {}", finding.replace('\n', "\n  "));
     }
 }

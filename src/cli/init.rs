@@ -82,6 +82,29 @@ pub fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> std::io::Result<()> 
     result
 }
 
+/// As root: the user workers will run as, and why — the owner of the directory when it is
+/// not root (the person whose project it is), else nobody. `None` as a normal user.
+fn as_root_worker(root: &Dir) -> Option<(crate::plan::UserSpec, &'static str)> {
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let st = rustix::fs::fstat(root).ok();
+    Some(match st {
+        Some(st) if st.st_uid != 0 && st.st_gid != 0 => (crate::plan::UserSpec { uid: st.st_uid, gid: st.st_gid }, "the owner of this directory"),
+        Some(st) if st.st_uid != 0 => (crate::plan::UserSpec { uid: st.st_uid, gid: crate::plan::FALLBACK_USER.gid }, "the owner of this directory"),
+        _ => (crate::plan::FALLBACK_USER, "nobody: this directory is root's"),
+    })
+}
+
+/// Gives the directory `name`, just made by us, to `user`: through a handle opened without
+/// following links, so a link planted in its place is not followed.
+fn give(root: &Dir, name: &str, user: crate::plan::UserSpec) -> std::io::Result<()> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::openat(root, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+    rustix::fs::fchown(&fd, Some(rustix::fs::Uid::from_raw(user.uid)), Some(rustix::fs::Gid::from_raw(user.gid)))?;
+    Ok(())
+}
+
 pub fn run(args: &InitArgs) -> Result<i32, CliError> {
     let dir = &args.dir;
     let config = dir.join(CONFIG_FILE);
@@ -95,11 +118,32 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
             return Err(CliError::Usage(format!("{} already exists; pass --force to overwrite it", f.display())));
         }
     }
+    // As root, workers run as another user (never 0): named in the YAML, and the zone
+    // directories made here are theirs. The control files (workcell.yaml, workers/) stay ours.
+    let worker_user = as_root_worker(&root);
     for d in ["data", "out", "workers"] {
-        root.create_dir_all(d).map_err(|e| fail(&dir.join(d), e))?;
+        let made = match root.create_dir(d) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(fail(&dir.join(d), e)),
+        };
+        if let (true, Some((u, _)), true) = (made, worker_user, d != "workers") {
+            give(&root, d, u).map_err(|e| fail(&dir.join(d), e))?;
+        }
     }
     let workers = root.open_dir("workers").map_err(|e| fail(&dir.join("workers"), e))?;
-    write_atomic(&root, CONFIG_FILE, STARTER_CONFIG.as_bytes()).map_err(|e| fail(&config, e))?;
+    let config_text = match worker_user {
+        Some((u, why)) => STARTER_CONFIG.replacen(
+            "defaults:\n",
+            &format!(
+                "defaults:\n  user: \"{}:{}\"        # workcell runs as root: workers run as this host user ({why}); it owns data/ and out/\n",
+                u.uid, u.gid
+            ),
+            1,
+        ),
+        None => STARTER_CONFIG.to_string(),
+    };
+    write_atomic(&root, CONFIG_FILE, config_text.as_bytes()).map_err(|e| fail(&config, e))?;
     write_atomic(&workers, "line-count.worker", STARTER_WORKER.as_bytes()).map_err(|e| fail(&worker, e))?;
     println!("wrote {} and {}", config.display(), worker.display());
     println!("next: put files in {}/data, then `workcell check /data` or `workcell run line-count`", dir.display());

@@ -18,17 +18,30 @@ pub struct McpArgs {
     /// Backend for shell commands and child workers.
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
+    /// Host user the worker runs as, `UID` or `UID:GID` (never 0), like `defaults.user`;
+    /// only as root (a normal user's workers run as that user).
+    #[arg(long, value_name = "UID[:GID]", value_parser = crate::config::parse_user)]
+    pub user: Option<crate::plan::UserSpec>,
     #[command(flatten)]
     pub approvals: ApprovalFlags,
 }
 
 pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
-    let project = Arc::new(load_project(cli.config.as_deref())?);
+    let mut project = load_project(cli.config.as_deref())?;
+    super::user::apply(&mut project, args.user)?;
+    let project = Arc::new(project);
     let worker = args.worker.as_deref().map(|w| project.worker(w).cloned()).transpose()?;
     // The tools act as the user a run of this project's workers runs as (see `plan::worker_user`).
     let user = crate::plan::worker_user(&project.dir, project.defaults.user);
     let sandbox = worker.as_ref().map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone()).acting_as(user);
     let mode = args.approvals.mode();
+    // Before serving: the tools act as the worker, so a zone its user cannot use is refused
+    // now, as a run would refuse it.
+    let choice = args.backend.unwrap_or(project.defaults.backend);
+    if choice != BackendChoice::None {
+        let user = crate::plan::worker_user(&project.dir, project.defaults.user);
+        crate::plan::access::check_sandbox(&sandbox, user, choice == BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string()))?;
+    }
     // Shell commands and child workers run under the worker's runtime, as in its own run.
     let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());
     let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode).under_runtime(runtime);

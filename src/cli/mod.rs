@@ -8,6 +8,7 @@ mod init;
 mod mcp;
 mod plan;
 mod run;
+mod user;
 
 use std::path::PathBuf;
 

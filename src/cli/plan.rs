@@ -21,17 +21,35 @@ pub struct PlanArgs {
     /// Docker runtime to plan under, as `workcell run --runtime`.
     #[arg(long, value_name = "NAME", value_parser = crate::config::parse_runtime)]
     pub runtime: Option<String>,
+    /// Host user the worker runs as, `UID` or `UID:GID` (never 0), like `defaults.user`;
+    /// only as root (a normal user's workers run as that user).
+    #[arg(long, value_name = "UID[:GID]", value_parser = crate::config::parse_user)]
+    pub user: Option<crate::plan::UserSpec>,
     /// Command to plan instead of the worker's.
     #[arg(last = true)]
     pub command: Vec<String>,
 }
 
 pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
-    let project = load_project(cli.config.as_deref())?;
+    let mut project = load_project(cli.config.as_deref())?;
+    super::user::apply(&mut project, args.user)?;
     let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
     let sandbox = worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), runtime: args.runtime.clone(), ..Overrides::default() };
     let plan = LaunchPlan::build(&project, worker, &sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
+    // A zone the worker's user cannot use: the plan is shown, then refused as a run would be.
+    // (Seatbelt and none run the worker as workcell's own user, not as the plan's.)
+    let choice = args.backend.unwrap_or(project.defaults.backend);
+    let access = match choice {
+        crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
+        _ => crate::plan::access::check_sandbox(&sandbox, plan.user, choice == crate::config::BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string())),
+    };
+    print_plan(args, &plan, &sandbox)?;
+    access.map(|()| 0)
+}
+
+fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sandbox) -> Result<i32, CliError> {
+    let plan = plan.clone();
     // The renderings of backends that would refuse this plan are not shown as if they would run.
     if let (Some(runtime), Some(backend @ (crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt))) = (&plan.runtime, args.backend) {
         let backend = if backend == crate::config::BackendChoice::Bwrap { "bwrap" } else { "seatbelt" };

@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Give the worker a terminal.
     #[arg(short = 't', long)]
     pub tty: bool,
+    /// Host user the worker runs as, `UID` or `UID:GID` (never 0), like `defaults.user`;
+    /// only as root (a normal user's workers run as that user).
+    #[arg(long, value_name = "UID[:GID]", value_parser = crate::config::parse_user)]
+    pub user: Option<crate::plan::UserSpec>,
     /// Isolation backend (default: the project's `defaults.backend`, else auto).
     #[arg(long, value_enum)]
     pub backend: Option<BackendChoice>,
@@ -149,7 +153,8 @@ fn project_for(cli: &Cli, args: &RunArgs, cwd: &Path) -> Result<Project, CliErro
 
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
-    let project = project_for(cli, args, &cwd)?;
+    let mut project = project_for(cli, args, &cwd)?;
+    super::user::apply(&mut project, args.user)?;
     let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
 
     let sandbox = if args.zones.is_empty() {

@@ -308,8 +308,12 @@ impl Project {
         }
 
         let protection = mounts::project_protection(rs.protect.as_deref(), &diag)?;
+        // Zone directories `sandboxed` mode creates belong to the worker's user (as root: the
+        // configured `defaults.user`, an invalid one being refused below).
+        let configured = raw.defaults.as_ref().and_then(|d| d.user.as_ref()).and_then(|u| parse_user(&u.value).ok());
+        let owner = rustix::process::geteuid().is_root().then(|| crate::plan::worker_user(&dir, configured));
         let mut builder =
-            MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, mounts: Vec::new(), spans: Vec::new(), protection: protection.clone() };
+            MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, owner, mounts: Vec::new(), spans: Vec::new(), protection: protection.clone() };
         let mut addressing = Addressing::Zones;
         if let Some(zones) = &rs.zones {
             for (name, z) in &zones.value {

@@ -5,7 +5,7 @@
 //! project.
 
 use std::collections::HashSet;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 
 use serde_saphyr::{Location, Spanned};
 
@@ -83,11 +83,36 @@ fn check_zone_name(name: &str) -> Result<(), MountError> {
     check_mount_point(&format!("/{name}"))
 }
 
+/// Creates `rel` beneath `dir`, one component at a time; its last component, the zone's own
+/// directory, when made here (never one that existed), is given to `owner`, through a handle
+/// opened without following links. The folders above it stay ours.
+fn create_owned(dir: &cap_std::fs::Dir, rel: &Path, owner: Option<crate::plan::UserSpec>) -> std::io::Result<()> {
+    use rustix::fs::{Gid, Mode, OFlags, Uid};
+    let mut at = PathBuf::new();
+    let last = rel.components().count();
+    for (i, c) in rel.components().enumerate() {
+        at.push(c);
+        match dir.create_dir(&at) {
+            Ok(()) => {
+                if let (Some(u), true) = (owner, i + 1 == last) {
+                    let fd = rustix::fs::openat(dir, &at, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+                    rustix::fs::fchown(&fd, Some(Uid::from_raw(u.uid)), Some(Gid::from_raw(u.gid)))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 pub(super) struct MountBuilder<'a> {
     pub diag: &'a Diag,
     pub dir: &'a Path,
     pub sandboxed: bool,
     pub folder: &'a str,
+    /// Who the directories `sandboxed` mode creates are given to (as root: the worker).
+    pub owner: Option<crate::plan::UserSpec>,
     pub mounts: Vec<Mount>,
     pub spans: Vec<Location>,
     /// The project's protected entries (`crate::hostrun`): the defaults plus `sandbox.protect`.
@@ -144,7 +169,7 @@ impl MountBuilder<'_> {
             // -> /etc, by a worker whose zone the project is) cannot make this create
             // directories elsewhere.
             cap_std::fs::Dir::open_ambient_dir(self.dir, cap_std::ambient_authority())
-                .and_then(|d| d.create_dir_all(Path::new(self.folder).join(rel)))
+                .and_then(|d| create_owned(&d, &Path::new(self.folder).join(rel), self.owner))
                 .map_err(|e| diag.at(host_loc, format!("cannot create the zone directory '{}': {e}", p.display())))?;
             p
         } else {

@@ -1,6 +1,7 @@
 //! The worker's `/etc/passwd` and `/etc/group`: root, nobody and the run's user, nothing of
 //! the host's. Docker's host base image carries them as files; bwrap binds the same text
-//! read-only, so `id`, `whoami` and `getpass` answer alike on both backends.
+//! read-only, so `id`, `whoami` and `getpass` answer alike on both backends. Also the
+//! name-resolution files every worker gets (`hosts_text`, `NSSWITCH_TEXT`).
 
 use super::UserSpec;
 
@@ -23,6 +24,17 @@ pub fn group_text(u: UserSpec) -> String {
     s.push_str("nogroup:x:65534:\n");
     s
 }
+
+/// `/etc/hosts` of a worker: `localhost` and the worker's own host name resolve to loopback,
+/// with or without network (test suites start servers on `localhost`).
+pub fn hosts_text() -> String {
+    format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.0.1\t{}\n", super::WORKER_HOSTNAME)
+}
+
+/// `/etc/nsswitch.conf` where the worker's image has none: files first. Without one glibc
+/// asks DNS first for host names (`dns [!UNAVAIL=return] files`), and with no network the
+/// answer "not found" stops it before `/etc/hosts` is read.
+pub const NSSWITCH_TEXT: &str = "passwd: files\ngroup: files\nhosts: files dns\n";
 
 #[cfg(test)]
 mod tests {

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub mod access;
 pub mod accounts;
 mod control;
 mod gitdir;
@@ -271,6 +272,9 @@ pub enum PlanError {
         #[source]
         reason: protected::ProtectError,
     },
+    /// A zone the worker's identity cannot use (checked before anything starts).
+    #[error(transparent)]
+    Access(#[from] access::AccessError),
     #[error("the writable zone {zone} is the project directory, which has no workcell.yaml: a worker could write one that a later run would use. Create it first (`workcell init`), or make the zone read-only, or use a directory inside the project")]
     WritableProjectWithoutConfig { zone: String },
 }

@@ -125,6 +125,12 @@ impl Session {
         // Before the backend sees the plan: copy-delivered zones are bound as private copies.
         let deliveries = delivery::prepare(&mut plan, &sandbox)?;
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
+        // Before anything starts: a zone the worker's uid cannot use is refused here, with
+        // the fixes, instead of ending in the worker's own `Permission denied`.
+        // (`--backend none` runs the command as workcell's own user, not as the worker.)
+        if selected != Selected::None {
+            crate::plan::access::check_sandbox(&sandbox, plan.user, selected == Selected::Bwrap).map_err(PlanError::from)?;
+        }
         // This run's own runner: the shell commands of its worker go to its container.
         let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }
             .serving(plan.limits)

@@ -54,6 +54,14 @@ pub(super) fn argv_and_fds(plan: &LaunchPlan, located: &Located) -> Result<(Vec<
         owned.push(fd);
     }
     passed.accounts = Some(accounts);
+    let mut names = [0; 2];
+    let texts = [("/etc/hosts", hosts_for(plan)), ("/etc/nsswitch.conf", crate::plan::accounts::NSSWITCH_TEXT.to_string())];
+    for (slot, (path, text)) in names.iter_mut().zip(texts) {
+        let fd = data_fd(&text).map_err(|source| BwrapError::PassData { path, source })?;
+        *slot = fd.as_raw_fd();
+        owned.push(fd);
+    }
+    passed.names = Some(names);
     match crate::backend::seccomp::filter_fd() {
         Ok(fd) => {
             passed.seccomp = Some(fd.as_raw_fd());
@@ -109,6 +117,21 @@ fn unreachable_for(path: &Path, user: crate::plan::UserSpec) -> Option<(PathBuf,
         };
         (m.mode() & bit == 0).then(|| (dir.to_path_buf(), m.mode() & 0o7777, m.uid()))
     })
+}
+
+/// The worker's `/etc/hosts`: its own lines, then, with the host's network, the host's file
+/// (its first 16 KiB: a pipe's capacity is not exceeded, so writing it cannot block).
+fn hosts_for(plan: &LaunchPlan) -> String {
+    let mut text = crate::plan::accounts::hosts_text();
+    if plan.network.is_open() {
+        use std::io::Read;
+        let mut host = Vec::new();
+        if let Ok(f) = std::fs::File::open("/etc/hosts") {
+            let _ = f.take(16 << 10).read_to_end(&mut host);
+        }
+        text.push_str(&String::from_utf8_lossy(&host));
+    }
+    text
 }
 
 /// A pipe's read end holding `text` (close-on-exec until passed on), for `--ro-bind-data`:

@@ -65,6 +65,9 @@ pub struct Passed {
     /// The worker's `/etc/passwd` and `/etc/group` (`--ro-bind-data FD`), the same text as
     /// in Docker's host base image ([`crate::plan::accounts`]).
     pub accounts: Option<[i32; 2]>,
+    /// The worker's `/etc/hosts` and `/etc/nsswitch.conf` (`--ro-bind-data FD`): `localhost`
+    /// resolves with or without network ([`crate::plan::accounts::hosts_text`]).
+    pub names: Option<[i32; 2]>,
 }
 
 /// [`render_argv_with`] binding the descriptors in `passed`.
@@ -120,10 +123,9 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
         }
     }
     if plan.network.is_open() {
-        // Name resolution needs these once the network is on (Docker provides its own).
-        for f in ["/etc/resolv.conf", "/etc/hosts"] {
-            push(&["--ro-bind-try", f, f]);
-        }
+        // Name resolution needs this once the network is on (`/etc/hosts` is the worker's
+        // own, below, with the host's entries after it).
+        push(&["--ro-bind-try", "/etc/resolv.conf", "/etc/resolv.conf"]);
     }
     push(&["--proc", "/proc", "--dev", "/dev"]);
     for t in &plan.tmpfs {
@@ -150,6 +152,11 @@ pub fn render_argv_passed(plan: &LaunchPlan, bwrap: &Path, features: BwrapFeatur
     }
     if let Some([passwd, group]) = passed.accounts {
         for (fd, path) in [(passwd, "/etc/passwd"), (group, "/etc/group")] {
+            a.extend(["--ro-bind-data".into(), fd.to_string().into(), OsString::from(path)]);
+        }
+    }
+    if let Some([hosts, nsswitch]) = passed.names {
+        for (fd, path) in [(hosts, "/etc/hosts"), (nsswitch, "/etc/nsswitch.conf")] {
             a.extend(["--ro-bind-data".into(), fd.to_string().into(), OsString::from(path)]);
         }
     }

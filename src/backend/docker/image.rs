@@ -93,7 +93,9 @@ pub fn host_rootfs_tar(system: &[SystemEntry], user: UserSpec) -> Result<Vec<u8>
         h.set_mtime(0);
         b.append_link(&mut h, path, target)?;
     }
-    for (name, text) in [("etc/passwd", passwd), ("etc/group", group)] {
+    // nsswitch.conf: files before DNS, so `localhost` resolves without a network.
+    let nsswitch = crate::plan::accounts::NSSWITCH_TEXT.to_string();
+    for (name, text) in [("etc/passwd", passwd), ("etc/group", group), ("etc/nsswitch.conf", nsswitch)] {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mode(0o644);

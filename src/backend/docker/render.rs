@@ -104,6 +104,8 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
             Network::Off => "none".into(),
             Network::Proxied => container_name(plan),
         }),
+        // The worker's own name on loopback without a network (Docker adds it with one).
+        extra_hosts: (plan.network == Network::Off).then(|| vec![format!("{}:127.0.0.1", crate::plan::WORKER_HOSTNAME)]),
         dns: (plan.network == Network::Proxied).then(|| vec![super::network::NOWHERE_DNS.to_string()]),
         pids_limit: plan.limits.pids,
         memory,
@@ -138,7 +140,9 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         open_stdin: Some(plan.interactive),
         // The container's stdin closes when workcell's does, as with `docker run -i`.
         stdin_once: Some(plan.interactive),
-        network_disabled: Some(plan.network == Network::Off),
+        // Not `network_disabled`: with it Docker writes an empty `/etc/hosts`. `network_mode:
+        // none` alone gives the worker loopback only, and a hosts file with `localhost`.
+        network_disabled: Some(false),
         host_config: Some(host_config),
         ..Default::default()
     };

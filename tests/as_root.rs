@@ -1,0 +1,461 @@
+//! One identity per worker, as root and as a normal user: the README's quick start and
+//! `workcell init` work as written, a zone the worker's uid cannot use is refused before the
+//! run with the fixes (never a silent `Permission denied` inside), and `localhost` resolves
+//! in every worker, with and without network. The same bodies run on bwrap and docker.
+
+mod support;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use support::TEST_WORKER_UID;
+
+fn bin() -> PathBuf {
+    assert_cmd::cargo::cargo_bin("workcell")
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn show(what: &str, out: &Output) {
+    eprintln!("{what} -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
+fn chown(path: &Path, uid: u32, gid: u32) {
+    let st = Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(path).status().expect("chown");
+    assert!(st.success());
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+/// A fresh copy of `examples/report` in a temp dir (as a clone by whoever runs the test).
+fn report_copy() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Where a checkout lives, others may pass (a temp dir is 0700).
+    chmod(tmp.path(), 0o755);
+    let dir = tmp.path().join("report");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/report");
+    let st = Command::new("cp").arg("-r").arg(&src).arg(&dir).status().expect("cp");
+    assert!(st.success());
+    (tmp, dir)
+}
+
+/// The shell lines of the README's quick start (its first `sh` block), without the build
+/// and the `cd`, with the binary under test and the backend chosen.
+fn quick_start_lines(backend: &str) -> Vec<String> {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    let start = readme.find("```sh\n").expect("an sh block") + 6;
+    let block = &readme[start..start + readme[start..].find("```").expect("its end")];
+    let exe = bin().display().to_string();
+    block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("cargo build") && !l.starts_with("cd "))
+        .map(|l| l.replace("../../target/release/workcell", &exe).replace(&format!("{exe} run"), &format!("{exe} run --backend {backend}")))
+        .collect()
+}
+
+/// Runs the quick start in `dir` as `as_user` (`None`: as we are); every line must succeed
+/// (`check` exits 1 by design: its second path is refused) and leave its report.
+fn quick_start(backend: &str, dir: &Path, as_user: Option<u32>) {
+    let lines = quick_start_lines(backend);
+    assert!(lines.iter().any(|l| l.contains("run --backend") && l.contains("line-count")), "the quick start runs line-count: {lines:?}");
+    for line in &lines {
+        let mut cmd = match as_user {
+            Some(uid) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--", "sh", "-c", line]);
+                c.env("HOME", dir);
+                c
+            }
+            None => {
+                let mut c = Command::new("sh");
+                c.args(["-c", line]);
+                c
+            }
+        };
+        let out = cmd.current_dir(dir).output().expect("sh");
+        show(line, &out);
+        let allowed: &[i32] = if line.contains(" check ") { &[0, 1] } else { &[0] };
+        assert!(out.status.code().is_some_and(|c| allowed.contains(&c)), "quick start line failed: {line}");
+        // The worker's own words (workcell's warnings, e.g. a limit a normal user's bwrap
+        // cannot enforce, may name a cgroup it was denied).
+        let worker_denied = String::from_utf8_lossy(&out.stderr).lines().any(|l| l.contains("Permission denied") && !l.starts_with("workcell: warning"));
+        assert!(!worker_denied, "{line}");
+    }
+    let report = std::fs::read_to_string(dir.join("out/line-counts.txt")).expect("line-count wrote its report");
+    assert!(report.contains("notes.md"), "{report}");
+    let n = std::fs::read_to_string(dir.join("out/n.txt")).expect("the ad-hoc line wrote n.txt");
+    assert!(n.contains("/in/notes.md"), "{n}");
+}
+
+/// `workcell run --backend B ARGS` in `cwd`; `docker+runsc` is docker under gVisor.
+fn run(backend: &str, cwd: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(cwd).arg("run");
+    match backend.split_once('+') {
+        Some((backend, runtime)) => cmd.args(["--backend", backend, "--runtime", runtime]),
+        None => cmd.args(["--backend", backend]),
+    };
+    let out = cmd.args(args).output().expect("workcell");
+    show(&format!("run {args:?}"), &out);
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A scratch project for ad-hoc zones: a temp dir given to the test worker, as root.
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+    support::give_to_worker(&dir);
+    (tmp, dir)
+}
+
+const USER: &str = "--user=1000:1000";
+
+mod body {
+    use super::*;
+
+    pub fn readme_quick_start_as_root(backend: &str) {
+        let (_tmp, dir) = report_copy();
+        quick_start(backend, &dir, None);
+    }
+
+    pub fn readme_quick_start_as_a_normal_user(backend: &str) {
+        // Only root can become another user here; docker needs its socket, which a normal
+        // user may not have.
+        if !is_root() || backend != "bwrap" {
+            eprintln!("note: the quick start as a normal user runs as root on bwrap only");
+            return;
+        }
+        let (tmp, dir) = report_copy();
+        chown(tmp.path(), TEST_WORKER_UID, TEST_WORKER_UID);
+        quick_start(backend, &dir, Some(TEST_WORKER_UID));
+        assert_eq!(std::fs::metadata(dir.join("out/n.txt")).expect("n.txt").uid(), TEST_WORKER_UID);
+    }
+
+    pub fn init_then_run_as_root(backend: &str) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("proj");
+        let out = Command::new(bin()).arg("init").arg(&dir).output().expect("init");
+        show("init", &out);
+        assert!(out.status.success());
+        let yaml = std::fs::read_to_string(dir.join("workcell.yaml")).expect("yaml");
+        if is_root() {
+            // The new directory is root's: workers run as nobody, who owns the zones made.
+            assert!(yaml.contains("user: \"65534:65534\""), "{yaml}");
+            for d in ["data", "out"] {
+                assert_eq!(std::fs::metadata(dir.join(d)).expect(d).uid(), 65534, "{d}");
+            }
+            // The control files stay root's.
+            assert_eq!(std::fs::metadata(dir.join("workers")).expect("workers").uid(), 0);
+        } else {
+            assert!(!yaml.contains("\n  user:"), "{yaml}");
+        }
+        std::fs::write(dir.join("data/a.txt"), "1\n2\n").expect("data");
+        let out = run(backend, &dir, &["line-count"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert!(std::fs::read_to_string(dir.join("out/line-counts.txt")).expect("report").contains("2 /data/a.txt"));
+    }
+
+    pub fn init_keeps_the_owner_of_what_exists(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        // A directory owned by a person: they are the worker, and what was there keeps its owner.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("proj");
+        std::fs::create_dir_all(dir.join("data")).expect("data");
+        std::fs::write(dir.join("data/a.txt"), "x\n").expect("a");
+        chown(&dir, TEST_WORKER_UID, TEST_WORKER_UID);
+        chown(&dir.join("data"), 0, 0);
+        let out = Command::new(bin()).arg("init").arg(&dir).output().expect("init");
+        assert!(out.status.success());
+        let yaml = std::fs::read_to_string(dir.join("workcell.yaml")).expect("yaml");
+        assert!(yaml.contains(&format!("user: \"{TEST_WORKER_UID}:{TEST_WORKER_UID}\"")), "{yaml}");
+        assert_eq!(std::fs::metadata(dir.join("data")).expect("data").uid(), 0, "init changed the owner of a directory it did not make");
+        assert_eq!(std::fs::metadata(dir.join("out")).expect("out").uid(), TEST_WORKER_UID);
+        let out = run(backend, &dir, &["line-count"]);
+        assert_eq!(out.status.code(), Some(0));
+    }
+
+    pub fn root_owned_rw_zone_is_refused_with_the_fixes(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        let (_tmp, dir) = scratch();
+        let out_dir = dir.join("out");
+        std::fs::create_dir(&out_dir).expect("out");
+        chown(&out_dir, 0, 0);
+        chmod(&out_dir, 0o755);
+        let out = run(backend, &dir, &[USER, "--zone", "out=./out:rw", "--", "sh", "-c", "echo ran > /tmp/x; touch /out/x"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = stderr(&out);
+        for part in [
+            "zone 'out'",
+            &out_dir.display().to_string(),
+            "owner 0:0, mode 0755",
+            "1000:1000",
+            "chown -R 1000:1000",
+            "defaults.user",
+            "--user UID[:GID]",
+            "delivery: copy",
+        ] {
+            assert!(err.contains(part), "'{part}' missing from the refusal");
+        }
+        assert!(!out_dir.join("x").exists());
+        // The same zone read-only is fine: the worker can read it.
+        let out = run(backend, &dir, &[USER, "--zone", "out=./out:ro", "--", "ls", "/out"]);
+        assert_eq!(out.status.code(), Some(0));
+    }
+
+    pub fn unreadable_ro_zone_is_refused(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        let (_tmp, dir) = scratch();
+        let secret = dir.join("in");
+        std::fs::create_dir(&secret).expect("in");
+        chown(&secret, 0, 0);
+        chmod(&secret, 0o700);
+        let out = run(backend, &dir, &[USER, "--zone", "in=./in:ro", "--", "ls", "/in"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("cannot read zone 'in'"), "{}", stderr(&out));
+    }
+
+    pub fn ro_zone_with_a_private_file_runs(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        // The zone is readable; one file in it is not: the run goes ahead and the kernel
+        // refuses that file to the worker, as it would anywhere.
+        let (_tmp, dir) = scratch();
+        let zone = dir.join("in");
+        std::fs::create_dir(&zone).expect("in");
+        std::fs::write(zone.join("private"), "ROOT-ONLY").expect("file");
+        chown(&zone, 0, 0);
+        chmod(&zone.join("private"), 0o600);
+        let out = run(backend, &dir, &[USER, "--zone", "in=./in:ro", "--", "sh", "-c", "ls /in; cat /in/private"]);
+        assert_ne!(out.status.code(), Some(2), "refused before the run");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("private"));
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("ROOT-ONLY"));
+    }
+
+    pub fn group_and_acl_writable_zones_run(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        let (_tmp, dir) = scratch();
+        // Writable through the group owner.
+        let by_group = dir.join("group");
+        std::fs::create_dir(&by_group).expect("dir");
+        chown(&by_group, 0, 2345);
+        chmod(&by_group, 0o775);
+        let out = run(backend, &dir, &["--user=1000:2345", "--zone", "out=./group:rw", "--", "touch", "/out/x"]);
+        assert_eq!(out.status.code(), Some(0));
+        // Writable only through a POSIX ACL naming the worker's group.
+        let acl = dir.join("acl");
+        std::fs::create_dir(&acl).expect("dir");
+        chown(&acl, 0, 0);
+        chmod(&acl, 0o755);
+        let st = Command::new("setfacl").args(["-m", "g:2345:rwx"]).arg(&acl).status();
+        if !st.is_ok_and(|s| s.success()) {
+            eprintln!("note: setfacl unavailable or ACLs unsupported here; the ACL case is skipped");
+            return;
+        }
+        let out = run(backend, &dir, &["--user=1000:2345", "--zone", "out=./acl:rw", "--", "touch", "/out/x"]);
+        assert_eq!(out.status.code(), Some(0), "a group ACL lets the worker write: not refused");
+        assert!(acl.join("x").exists());
+        // The same ACL does not cover another group.
+        let out = run(backend, &dir, &[USER, "--zone", "out=./acl:rw", "--", "touch", "/out/y"]);
+        assert_eq!(out.status.code(), Some(2));
+    }
+
+    pub fn private_parent_directory(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        // bwrap walks the path as the worker: a 0700 root directory above the zone stops it,
+        // and is named. Docker binds the handle: it runs.
+        let (_tmp, dir) = scratch();
+        let private = dir.join("private");
+        let zone = private.join("out");
+        std::fs::create_dir_all(&zone).expect("dirs");
+        chown(&private, 0, 0);
+        chmod(&private, 0o700);
+        chown(&zone, 1000, 1000);
+        let out = run(backend, &dir, &[USER, "--zone", "out=./private/out:rw", "--", "touch", "/out/x"]);
+        if backend == "bwrap" {
+            assert_eq!(out.status.code(), Some(2));
+            let err = stderr(&out);
+            assert!(err.contains("cannot reach zone 'out'") && err.contains(&private.display().to_string()) && err.contains("chmod o+x"), "{err}");
+        } else {
+            assert_eq!(out.status.code(), Some(0));
+            assert!(zone.join("x").exists());
+        }
+    }
+
+    pub fn grant_under_a_root_owned_zone(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        // The zone is root's; the worker is granted only a directory inside it that does not
+        // exist yet: the run creates it for the worker, and the check passes.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        chmod(tmp.path(), 0o755);
+        let dir = tmp.path().join("proj");
+        std::fs::create_dir_all(dir.join("out")).expect("out");
+        std::fs::create_dir_all(dir.join("workers")).expect("workers");
+        std::fs::write(
+            dir.join("workcell.yaml"),
+            "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+        )
+        .expect("yaml");
+        std::fs::write(dir.join("workers/g.worker"), "---\nsandbox:\n  allow_write: [/out/new]\ncommand: [sh, -c, \"touch /out/new/x\"]\n---\n")
+            .expect("worker");
+        let out = run(backend, &dir, &["g"]);
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(std::fs::metadata(dir.join("out/new/x")).expect("x").uid(), 65534);
+        // Behind a closed zone directory, bwrap cannot reach the grant: refused, and the
+        // directory the run made is removed again.
+        std::fs::remove_dir_all(dir.join("out/new")).expect("rm");
+        chmod(&dir.join("out"), 0o700);
+        let out = run(backend, &dir, &["g"]);
+        if backend == "bwrap" {
+            assert_eq!(out.status.code(), Some(2));
+            assert!(stderr(&out).contains("cannot reach zone 'out'"), "{}", stderr(&out));
+            assert!(!dir.join("out/new").exists(), "the refused run left its grant behind");
+        } else {
+            assert_eq!(out.status.code(), Some(0));
+        }
+    }
+
+    pub fn user_flag(backend: &str) {
+        let (_tmp, dir) = scratch();
+        std::fs::create_dir(dir.join("out")).expect("out");
+        support::give_to_worker(&dir.join("out"));
+        let out = run(backend, &dir, &["--user", "0", "--zone", "out=./out:rw", "--", "true"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("never run as root"), "{}", stderr(&out));
+        if is_root() {
+            let out = run(backend, &dir, &["--user", "1000:1000", "--zone", "out=./out:rw", "--", "sh", "-c", "id -u > /out/id"]);
+            assert_eq!(out.status.code(), Some(0));
+            assert_eq!(std::fs::read_to_string(dir.join("out/id")).expect("id").trim(), "1000");
+        } else {
+            let out = run(backend, &dir, &["--user", "4321", "--zone", "out=./out:rw", "--", "true"]);
+            assert_eq!(out.status.code(), Some(2));
+            assert!(stderr(&out).contains("as a normal user"), "{}", stderr(&out));
+        }
+    }
+
+    /// `localhost` and the worker's own name resolve, and a server on `localhost` is
+    /// reached from a client in the same worker.
+    pub fn localhost_resolves(backend: &str) {
+        let (_tmp, dir) = scratch();
+        std::fs::create_dir(dir.join("in")).expect("in");
+        support::give_to_worker(&dir.join("in"));
+        let script = r#"
+import socket
+print("localhost", socket.getaddrinfo("localhost", 80)[0][4][0])
+print("self", socket.getaddrinfo(socket.gethostname(), 80)[0][4][0])
+s = socket.socket(); s.bind(("localhost", 0)); s.listen(1)
+c = socket.create_connection(("localhost", s.getsockname()[1]), timeout=5)
+a, _ = s.accept(); c.sendall(b"ping"); print("got", a.recv(4).decode())
+"#;
+        for net in [&[][..], &["--network"][..]] {
+            let mut args: Vec<&str> = net.to_vec();
+            args.extend(["--zone", "in=./in:ro", "--", "python3", "-c", script]);
+            let out = run(backend, &dir, &args);
+            assert_eq!(out.status.code(), Some(0), "network {net:?}");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains("localhost 127.0.0.1") || text.contains("localhost ::1"), "{text}");
+            assert!(text.contains("self "), "{text}");
+            assert!(text.contains("got ping"), "{text}");
+        }
+    }
+}
+
+macro_rules! suite {
+    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    if support::backend_ready($backend) {
+                        body::$test($backend);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! both {
+    ($($test:ident),* $(,)?) => {
+        suite!(bwrap, "bwrap", [$($test),*]);
+        suite!(docker, "docker", [$($test),*]);
+    };
+}
+
+both!(
+    readme_quick_start_as_root,
+    readme_quick_start_as_a_normal_user,
+    init_then_run_as_root,
+    init_keeps_the_owner_of_what_exists,
+    root_owned_rw_zone_is_refused_with_the_fixes,
+    unreadable_ro_zone_is_refused,
+    ro_zone_with_a_private_file_runs,
+    group_and_acl_writable_zones_run,
+    private_parent_directory,
+    grant_under_a_root_owned_zone,
+    user_flag,
+    localhost_resolves,
+);
+
+// gVisor has a network stack and name resolution of its own to get right.
+suite!(runsc, "docker+runsc", [localhost_resolves]);
+
+/// `doctor` in a project names what `run` would refuse, and still exits 0.
+#[test]
+fn doctor_lists_the_zones_the_worker_cannot_use() {
+    if !is_root() {
+        return;
+    }
+    let (_tmp, dir) = report_copy();
+    let out = Command::new(bin()).current_dir(&dir).arg("doctor").output().expect("doctor");
+    show("doctor", &out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("cannot write zone 'out'") && text.contains("chown -R 65534:65534"), "{text}");
+    if support::backend_ready("docker") || support::backend_ready("bwrap") {
+        assert_eq!(out.status.code(), Some(0));
+    }
+    chown(&dir.join("out"), 65534, 65534);
+    let out = Command::new(bin()).current_dir(&dir).arg("doctor").output().expect("doctor");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("cannot write zone"));
+}
+
+/// `mcp` refuses before serving, as a run would: its tools act for the worker.
+#[test]
+fn mcp_refuses_a_zone_the_worker_cannot_write() {
+    if !is_root() {
+        return;
+    }
+    let (_tmp, dir) = report_copy();
+    let out = Command::new(bin()).current_dir(&dir).arg("mcp").stdin(std::process::Stdio::null()).output().expect("mcp");
+    show("mcp", &out);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("cannot write zone 'out'"), "{}", stderr(&out));
+    let out = Command::new(bin()).current_dir(&dir).args(["plan", "line-count"]).output().expect("plan");
+    show("plan", &out);
+    assert_eq!(out.status.code(), Some(2), "plan shows the plan, then refuses");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("user:     65534:65534"));
+    assert!(stderr(&out).contains("chown -R 65534:65534"));
+}
