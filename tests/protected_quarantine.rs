@@ -8,7 +8,6 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::Instant;
 
 use serde_json::Value;
 
@@ -181,13 +180,13 @@ mod body {
     pub fn a_deep_chain_is_dealt_with_in_bounded_time(backend: &str) {
         let s = Scratch::new();
         let out = s.zone("out");
-        let script = "import os\nfd = os.open('/out', os.O_RDONLY)\nfor i in range(100000):\n    os.mkdir('d', dir_fd=fd)\n    n = os.open('d', os.O_RDONLY, dir_fd=fd)\n    os.close(fd)\n    fd = n\nos.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))\nprint('made')\n";
-        let started = Instant::now();
+        // gVisor runs out of descriptors somewhere past a few thousand levels (EMFILE in the
+        // worker): the chain then stops there, still far deeper than the walk goes.
+        let script = "import os\nfd = os.open('/out', os.O_RDONLY)\nfor i in range(100000):\n    try:\n        os.mkdir('d', dir_fd=fd)\n        n = os.open('d', os.O_RDONLY, dir_fd=fd)\n    except OSError as e:\n        print('stopped at', i, e)\n        break\n    os.close(fd)\n    fd = n\ntry:\n    os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))\nexcept OSError as e:\n    print('no .envrc', e)\nprint('made')\n";
         let o = s.run(backend, &["--timeout", "300s", "--zone", "out=./out:rw", "--", "python3", "-c", script]);
         assert_eq!(o.status.code(), Some(0), "the chain was made");
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(stderr.contains("moved aside d/d/d") && stderr.contains("not checked"), "{stderr}");
-        eprintln!("run with a 100,000-level chain: {:?}", started.elapsed());
         // The chain below the walk's depth is in the quarantine: what stays is shallow.
         let mut depth = 0;
         let mut p = out.clone();
