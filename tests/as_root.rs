@@ -378,26 +378,10 @@ a, _ = s.accept(); c.sendall(b"ping"); print("got", a.recv(4).decode())
     }
 }
 
-macro_rules! suite {
-    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                fn $test() {
-                    if support::backend_ready($backend) {
-                        body::$test($backend);
-                    }
-                }
-            )*
-        }
-    };
-}
-
 macro_rules! both {
     ($($test:ident),* $(,)?) => {
-        suite!(bwrap, "bwrap", [$($test),*]);
-        suite!(docker, "docker", [$($test),*]);
+        support::backend_suite!(bwrap, "bwrap", [$($test),*]);
+        support::backend_suite!(docker, "docker", [$($test),*]);
     };
 }
 
@@ -417,7 +401,7 @@ both!(
 );
 
 // gVisor has a network stack and name resolution of its own to get right.
-suite!(runsc, "docker+runsc", [localhost_resolves]);
+support::backend_suite!(runsc, "docker+runsc", [localhost_resolves]);
 
 /// `doctor` in a project names what `run` would refuse, and still exits 0.
 #[test]

@@ -157,24 +157,8 @@ mod body {
     }
 }
 
-macro_rules! backend_suite {
-    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                fn $test() {
-                    if support::backend_ready($backend) {
-                        body::$test($backend);
-                    }
-                }
-            )*
-        }
-    };
-}
-
-backend_suite!(bwrap, "bwrap", [a_refused_launch_leaves_nothing, a_broken_workers_build_folder_stays_protected]);
-backend_suite!(docker, "docker", [a_refused_launch_leaves_nothing, a_broken_workers_build_folder_stays_protected]);
+support::backend_suite!(bwrap, "bwrap", [a_refused_launch_leaves_nothing, a_broken_workers_build_folder_stays_protected]);
+support::backend_suite!(docker, "docker", [a_refused_launch_leaves_nothing, a_broken_workers_build_folder_stays_protected]);
 
 /// A FIFO in a zone (a worker makes one with `mkfifo`): the file tools refuse it at once
 /// instead of waiting for a writer (which would hang the tool service, and `workcell mcp`

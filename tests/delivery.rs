@@ -264,23 +264,7 @@ mod body {
     }
 }
 
-macro_rules! backend_suite {
-    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                fn $test() {
-                    if support::backend_ready($backend) {
-                        body::$test($backend);
-                    }
-                }
-            )*
-        }
-    };
-}
-
-backend_suite!(
+support::backend_suite!(
     bwrap,
     "bwrap",
     [
@@ -294,7 +278,7 @@ backend_suite!(
         a_child_worker_delivers_through_the_checker
     ]
 );
-backend_suite!(
+support::backend_suite!(
     docker,
     "docker",
     [

@@ -184,21 +184,13 @@ fn nothing_is_created_inside_control_files() {
     assert!(!dir.join("workers/new").exists() && !dir.join(".workcell").exists(), "created inside the control files");
 }
 
-macro_rules! backend_suite {
-    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                fn $test() {
-                    if support::backend_ready($backend) {
-                        body::$test($backend);
-                    }
-                }
-            )*
-        }
-    };
-}
-
-backend_suite!(bwrap, "bwrap", [creates_its_granted_directory, read_only_grant, a_planted_link_is_not_followed, a_link_planted_after_load_is_not_followed]);
-backend_suite!(docker, "docker", [creates_its_granted_directory, read_only_grant, a_planted_link_is_not_followed, a_link_planted_after_load_is_not_followed]);
+support::backend_suite!(
+    bwrap,
+    "bwrap",
+    [creates_its_granted_directory, read_only_grant, a_planted_link_is_not_followed, a_link_planted_after_load_is_not_followed]
+);
+support::backend_suite!(
+    docker,
+    "docker",
+    [creates_its_granted_directory, read_only_grant, a_planted_link_is_not_followed, a_link_planted_after_load_is_not_followed]
+);

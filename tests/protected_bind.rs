@@ -243,24 +243,8 @@ mod body {
     }
 }
 
-macro_rules! backend_suite {
-    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                fn $test() {
-                    if support::backend_ready($backend) {
-                        body::$test($backend);
-                    }
-                }
-            )*
-        }
-    };
-}
-
-backend_suite!(bwrap, "bwrap", [zone_repository, root_form_repository, unprotected_entry_is_writable]);
-backend_suite!(docker, "docker", [zone_repository, root_form_repository, unprotected_entry_is_writable]);
+support::backend_suite!(bwrap, "bwrap", [zone_repository, root_form_repository, unprotected_entry_is_writable]);
+support::backend_suite!(docker, "docker", [zone_repository, root_form_repository, unprotected_entry_is_writable]);
 
 /// `plan` names, per writable zone, the entries in force, those turned off and what is
 /// bound read-only; `--json` the same.

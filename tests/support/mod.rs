@@ -288,3 +288,25 @@ pub fn assert_no_cgroup_left(project: &Path) {
         assert!(!dir.exists(), "cgroup left behind: {}", dir.display());
     }
 }
+
+/// One test per name in `[...]`, each running `body::NAME(backend)` when the backend is
+/// ready (and failing instead of skipping when CI requires it): the same bodies on bwrap,
+/// docker and docker+runsc.
+#[allow(unused_macros)]
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    if support::backend_ready($backend) {
+                        body::$test($backend);
+                    }
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use backend_suite;
