@@ -149,7 +149,7 @@ fn own_address(host: &Host, ip: IpAddr, interface: &str) -> String {
     let fix = format!("{ip} is an address of this host (interface {}); name it in network.hosts or allow its network to reach it", crate::term::escape(interface));
     match host {
         Host::Ip(_) => fix,
-        Host::Name(_) => format!("{host} leads to {fix}"),
+        Host::Name(_) => format!("{host} leads to {ip}: {fix}"),
     }
 }
 
