@@ -11,8 +11,8 @@ use std::sync::{Arc, LazyLock};
 use ipnet::IpNet;
 use tokio::net::TcpStream;
 
-use super::local;
 use super::limits::{CONNECT_TIMEOUT, MAX_ADDRESSES, MAX_PENDING_ASKS, RESOLVE_TIMEOUT};
+use super::local;
 use super::policy::{Host, Policy, Verdict};
 use super::rules::{normalise_name, Entry};
 use super::Consent;
@@ -146,7 +146,8 @@ pub async fn open(policy: &Policy, consent: Option<&Asker>, host: &Host, port: u
 
 /// Why an answer that is an address of this host is refused, and how to allow it.
 fn own_address(host: &Host, ip: IpAddr, interface: &str) -> String {
-    let fix = format!("{ip} is an address of this host (interface {}); name it in network.hosts or allow its network to reach it", crate::term::escape(interface));
+    let fix =
+        format!("{ip} is an address of this host (interface {}); name it in network.hosts or allow its network to reach it", crate::term::escape(interface));
     match host {
         Host::Ip(_) => fix,
         Host::Name(_) => format!("{host} leads to {ip}: {fix}"),
