@@ -91,7 +91,8 @@ pub async fn open(policy: &Policy, consent: Option<&Asker>, host: &Host, port: u
         // Named by the config (hosts:, or an allowed address or network): connected to even
         // when special or the host's own, and not checked for the host after connecting.
         let named = trusted || policy.address_allowed(ip, port);
-        if !named {
+        // Loopback is refused below, as the special range it is, in the words for it.
+        if !named && !ip.is_loopback() {
             if let Some(interface) = local::interface_of(ip) {
                 own.get_or_insert_with(|| own_address(host, ip, &interface));
                 refused.push(format!("{ip} (an address of this host, interface {})", crate::term::escape(&interface)));
