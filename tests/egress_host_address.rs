@@ -119,7 +119,7 @@ mod body {
 }
 
 // The addresses: public (198.20.0.0/24 lies just past the benchmarking range), so that only
-// the check of the host's own addresses can refuse them; one per backend, as the tests run
+// the check of the host's own addresses can refuse them; one per test (198.20.0.1-3), as the tests run
 // in parallel. Held by the host only while a test runs.
 #[test]
 fn bwrap_host_address_is_refused() {
@@ -133,4 +133,49 @@ fn docker_host_address_is_refused() {
     if support::backend_ready("docker") {
         body::host_address_is_refused("docker", "wctest-dk", "198.20.0.2");
     }
+}
+
+/// A person who approves every destination.
+struct Approves;
+
+impl workcell::egress::Consent for Approves {
+    fn connect(&self, _destination: &str) -> Result<(), workcell::egress::ConsentDenied> {
+        Ok(())
+    }
+}
+
+/// Literals alike: an address of the host that a person approved (`ask: true`, no entry names
+/// it) is refused too, on the proxy alone (on loopback); a literal an allow entry covers is
+/// reached.
+#[test]
+fn host_address_literal_is_refused_even_when_approved() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    use workcell::backend::egress::{EgressProxy, Peers};
+
+    let address = "198.20.0.3";
+    let _interface = TestInterface::add("wctest-px", address);
+    let web = web_server("0.0.0.0");
+    let get = |rules: &str| {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let yaml = format!("sandbox:\n  network:\n{rules}");
+        let p = workcell::config::Project::from_text(&yaml, &tmp.path().join("workcell.yaml"), tmp.path()).unwrap_or_else(|e| panic!("{e}"));
+        let policy = p.sandbox.network_access().policy().expect("rules").clone();
+        let proxy = workcell::egress::Proxy::start(policy, None, Some(Arc::new(Approves))).expect("the proxy starts");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let at = listener.local_addr().expect("addr");
+        proxy.serve(listener, Peers::Any).expect("the proxy serves");
+        let mut s = std::net::TcpStream::connect(at).expect("connect to the proxy");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60))).expect("timeout");
+        let target = format!("{address}:{}", web.port());
+        write!(s, "GET http://{target}/lit HTTP/1.1\r\nHost: {target}\r\n\r\n").expect("send");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    };
+    let approved = get("    allow: []\n    ask: true\n");
+    assert!(approved.starts_with("HTTP/1.1 403"), "{approved}");
+    assert!(approved.contains(&format!("{address} is an address of this host (interface wctest-px)")), "{approved}");
+    let allowed = get(&format!("    allow: [\"{address}:{}\"]\n", web.port()));
+    assert!(allowed.starts_with("HTTP/1.1 200") && allowed.contains("hello /lit"), "an allowed literal is reached: {allowed}");
 }
