@@ -13,6 +13,7 @@
 mod audit;
 mod http;
 pub mod limits;
+pub mod local;
 pub mod policy;
 pub mod resolve;
 pub mod rules;
@@ -99,6 +100,8 @@ impl Proxy {
 
     /// [`Proxy::start`] with other time limits.
     pub fn start_with(policy: Arc<Policy>, log: Option<AuditLog>, consent: Option<Arc<dyn Consent>>, timeouts: Timeouts) -> Result<Proxy, EgressError> {
+        // The host's own addresses, which no answer may lead to, read before the first request.
+        local::refresh();
         let (stop, stop_rx) = watch::channel(false);
         let (done, done_rx) = tokio::sync::oneshot::channel::<()>();
         let (ready, handle_rx) = std::sync::mpsc::channel();

@@ -1,8 +1,9 @@
 //! From a destination the worker asked for to a connected socket: the rules judge it (asking
 //! a person when `ask:` says so), the name is resolved here (from `hosts:`, else the host's
 //! resolver; the worker needs no DNS), answers in special ranges are dropped unless `hosts:`
-//! or an allowed network names them (no DNS rebinding into the host's own networks), and the
-//! remaining addresses are tried in turn.
+//! or an allowed network names them (no DNS rebinding into the host's own networks), as are
+//! answers that are addresses of this host itself ([`super::local`]), and the remaining
+//! addresses are tried in turn; a connection that turns out to reach the host is closed.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock};
@@ -11,6 +12,7 @@ use ipnet::IpNet;
 use tokio::net::TcpStream;
 
 use super::limits::{CONNECT_TIMEOUT, MAX_ADDRESSES, MAX_PENDING_ASKS, RESOLVE_TIMEOUT};
+use super::local;
 use super::policy::{Host, Policy, Verdict};
 use super::rules::{normalise_name, Entry};
 use super::Consent;
@@ -18,7 +20,7 @@ use super::Consent;
 /// Why a destination was not connected to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
-    /// `denied`, `unlisted`, `special`, `asked`, `invalid` (the rules said no: HTTP 403,
+    /// `denied`, `unlisted`, `special`, `host`, `asked`, `invalid` (the rules said no: HTTP 403,
     /// SOCKS 2), or `unresolved`, `unreachable` (the destination failed: 502, SOCKS 4/5).
     pub kind: &'static str,
     /// Why, in words for the worker and the audit log.
@@ -79,19 +81,36 @@ pub async fn open(policy: &Policy, consent: Option<&Asker>, host: &Host, port: u
     let mut refused = Vec::new();
     let mut usable = Vec::new();
     let mut denied = None;
+    let mut own = None;
+    let mut owns = 0;
     for ip in addresses {
         if let Some(rule) = policy.denied_address(ip, port) {
             denied.get_or_insert_with(|| format!("{host} leads to {ip}, which matches the deny entry {}", describe(rule)));
             continue;
         }
+        // Named by the config (hosts:, or an allowed address or network): connected to even
+        // when special or the host's own, and not checked for the host after connecting.
+        let named = trusted || policy.address_allowed(ip, port);
+        // Loopback is refused below, as the special range it is, in the words for it.
+        if !named && !ip.is_loopback() {
+            if let Some(interface) = local::interface_of(ip) {
+                own.get_or_insert_with(|| own_address(host, ip, &interface));
+                refused.push(format!("{ip} (an address of this host, interface {})", crate::term::escape(&interface)));
+                owns += 1;
+                continue;
+            }
+        }
         match special(ip) {
-            Some(range) if !trusted && !policy.address_allowed(ip, port) => refused.push(format!("{ip} ({range})")),
-            _ => usable.push(SocketAddr::new(ip, port)),
+            Some(range) if !named => refused.push(format!("{ip} ({range})")),
+            _ => usable.push((SocketAddr::new(ip, port), named)),
         }
     }
     if usable.is_empty() {
         if let Some(reason) = denied.filter(|_| refused.is_empty()) {
             return Err(Refusal::new("denied", reason));
+        }
+        if let Some(reason) = own.filter(|_| refused.len() == owns) {
+            return Err(Refusal::new("host", reason));
         }
         return Err(Refusal::new(
             "special",
@@ -102,9 +121,17 @@ pub async fn open(policy: &Policy, consent: Option<&Asker>, host: &Host, port: u
         ));
     }
     let mut last = String::new();
-    for address in usable.into_iter().take(MAX_ADDRESSES) {
+    let mut reached_host = None;
+    for (address, named) in usable.into_iter().take(MAX_ADDRESSES) {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(address)).await {
             Ok(Ok(stream)) => {
+                // An address the host took on since the interfaces were last read: the kernel
+                // answers from the address asked for. Closed before a byte is relayed.
+                if !named && stream.local_addr().is_ok_and(|local| local::is_self_connection(local, address)) {
+                    let interface = local::interface_of_now(address.ip()).unwrap_or_else(|| "unknown".into());
+                    reached_host.get_or_insert_with(|| own_address(host, address.ip(), &interface));
+                    continue;
+                }
                 let _ = stream.set_nodelay(true);
                 return Ok(Opened { stream, address, rule });
             }
@@ -112,7 +139,20 @@ pub async fn open(policy: &Policy, consent: Option<&Asker>, host: &Host, port: u
             Err(_) => last = format!("{address}: no answer within {} s", CONNECT_TIMEOUT.as_secs()),
         }
     }
+    if let Some(reason) = reached_host {
+        return Err(Refusal::new("host", reason));
+    }
     Err(Refusal::new("unreachable", format!("{host}:{port} could not be reached ({last})")))
+}
+
+/// Why an answer that is an address of this host is refused, and how to allow it.
+fn own_address(host: &Host, ip: IpAddr, interface: &str) -> String {
+    let fix =
+        format!("{ip} is an address of this host (interface {}); name it in network.hosts or allow its network to reach it", crate::term::escape(interface));
+    match host {
+        Host::Ip(_) => fix,
+        Host::Name(_) => format!("{host} leads to {ip}: {fix}"),
+    }
 }
 
 fn describe(rule: &Entry) -> String {
