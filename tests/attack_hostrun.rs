@@ -1,0 +1,136 @@
+//! Red-team checks for issue 22 ("a worker must not plant code that the host runs later"):
+//! a hostile worker, or a hostile earlier run preparing the zone for a later one, tries to
+//! leave something the person's own host-side tools run as the person. Each body runs on
+//! bwrap and docker and asserts that the person's `git` on the host runs nothing of the
+//! worker's, and that the next run still starts.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A project directory (`proj/`, the runs' cwd) and `outside/` beside it that no zone holds
+/// (where a payload that ran on the host leaves its marker).
+struct Scratch {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        for d in ["proj/out", "outside"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        support::give_to_worker(&root);
+        Scratch { _dir: dir, root }
+    }
+
+    fn out(&self) -> PathBuf {
+        self.root.join("proj/out")
+    }
+
+    /// The file a payload makes when it runs on the host.
+    fn marker(&self) -> PathBuf {
+        self.root.join("outside/RAN")
+    }
+
+    /// `sh -c script` as the worker, with `out/` as the writable zone `/out`.
+    fn run(&self, backend: &str, script: &str) -> Output {
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .current_dir(self.root.join("proj"))
+            .env_remove("RUST_LOG")
+            .args(["run", "--backend", backend, "--zone", "out=./out:rw", "--", "sh", "-c", script])
+            .output()
+            .expect("start workcell");
+        eprintln!("workcell -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    /// The directories of the zone's quarantine (all runs).
+    fn quarantined(&self) -> Vec<PathBuf> {
+        let Ok(runs) = std::fs::read_dir(self.out().join(".workcell/quarantine")) else { return Vec::new() };
+        runs.flat_map(|r| std::fs::read_dir(r.expect("run").path()).expect("run dir")).map(|e| e.expect("item").path()).collect()
+    }
+}
+
+/// `git ARGS` in `dir` on the host, as the zone's owner (the person), with no system or
+/// global configuration of the test machine's.
+fn host_git(s: &Scratch, dir: &Path, args: &[&str]) -> Output {
+    let mut c = if rustix::process::geteuid().is_root() {
+        let uid = support::worker_uid().to_string();
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "git"]);
+        c
+    } else {
+        Command::new("git")
+    };
+    c.current_dir(dir)
+        .args(args)
+        .env("HOME", &s.root)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "person")
+        .env("GIT_AUTHOR_EMAIL", "person@example.com")
+        .env("GIT_COMMITTER_NAME", "person")
+        .env("GIT_COMMITTER_EMAIL", "person@example.com")
+        .env_remove("GIT_DIR");
+    let out = c.output().expect("git");
+    eprintln!("host git {args:?} in {}: {:?} {}", dir.display(), out.status.code(), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+mod body {
+    use super::*;
+
+    /// A protected directory is moved into the quarantine whole; the worker had put a whole
+    /// repository inside it (with an fsmonitor command in its config) and a link named
+    /// `.envrc`. The person looks at the quarantine with git (or a git-aware prompt): nothing
+    /// runs; and the next run is not refused for a link inside the quarantine.
+    pub fn a_moved_directory_holds_nothing_the_host_runs(backend: &str) {
+        let s = Scratch::new();
+        let m = s.marker();
+        let script = format!(
+            "set -e; cd /out; mkdir -p .vscode/sub; cd .vscode; git init -q .; git config core.fsmonitor 'touch {m}; false'; \
+             printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-checkout; chmod +x .git/hooks/post-checkout; \
+             ln -s /etc/passwd .envrc; git init -q --bare sub/bare; git -C sub/bare config core.fsmonitor 'touch {m}; false'; echo planted",
+            m = m.display()
+        );
+        let o = s.run(backend, &script);
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        assert!(!s.out().join(".vscode").exists(), ".vscode stayed in place");
+        let items = s.quarantined();
+        assert!(!items.is_empty(), "something was quarantined");
+        for item in &items {
+            for dir in [item.clone(), item.join("sub"), item.join("sub/bare")] {
+                if dir.is_dir() {
+                    host_git(&s, &dir, &["status"]);
+                }
+            }
+        }
+        assert!(!m.exists(), "a host-side git in the quarantine ran the worker's command");
+        let o = s.run(backend, "echo second run");
+        assert_eq!(o.status.code(), Some(0), "the next run is refused for what the quarantine holds");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "the quarantine is inert for the next run");
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            use super::*;
+            $(
+                #[test]
+                fn $test() {
+                    if support::backend_ready($backend) {
+                        body::$test($backend);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+backend_suite!(bwrap, "bwrap", [a_moved_directory_holds_nothing_the_host_runs]);
+backend_suite!(docker, "docker", [a_moved_directory_holds_nothing_the_host_runs]);
