@@ -114,6 +114,63 @@ mod body {
         assert_eq!(o.status.code(), Some(0), "the next run is refused for what the quarantine holds");
         assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "the quarantine is inert for the next run");
     }
+
+    /// The zone is a home directory. The worker cannot write `.config/git/config` (a
+    /// protected path), so it writes `x/git/config` and makes `.config` a link to `x`: the
+    /// person's git reads `~/.config/git/config` through the link, in every repository.
+    pub fn a_link_on_the_way_to_a_protected_path(backend: &str) {
+        let s = Scratch::new();
+        let m = s.marker();
+        let script = format!(
+            "set -e; cd /out; mkdir -p x/git y/hooks; printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' > x/git/config; ln -s x .config; \
+             git init -q repo; mv repo/.git/hooks repo/.git/h; ln -s ../../y repo/.git/modules; echo planted",
+            m = m.display()
+        );
+        let o = s.run(backend, &script);
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        std::fs::create_dir_all(s.out().join("mine")).expect("mkdir");
+        support::give_to_worker(&s.out().join("mine"));
+        let mut c = if rustix::process::geteuid().is_root() {
+            let uid = support::worker_uid().to_string();
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "git"]);
+            c
+        } else {
+            Command::new("git")
+        };
+        // The person's git with the zone as its home (and its XDG configuration).
+        let g = c
+            .current_dir(s.out().join("mine"))
+            .args(["init", "-q"])
+            .env("HOME", s.out())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .expect("git");
+        eprintln!("host git init: {:?} {}", g.status.code(), String::from_utf8_lossy(&g.stderr));
+        let mut c = if rustix::process::geteuid().is_root() {
+            let uid = support::worker_uid().to_string();
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "git"]);
+            c
+        } else {
+            Command::new("git")
+        };
+        let g = c
+            .current_dir(s.out().join("mine"))
+            .args(["status"])
+            .env("HOME", s.out())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .expect("git");
+        eprintln!("host git status: {:?} {}", g.status.code(), String::from_utf8_lossy(&g.stderr));
+        assert!(!m.exists(), "the person's git read the worker's config through the .config link");
+        assert!(s.out().join(".config").symlink_metadata().is_err(), "the .config link stayed");
+        assert!(s.out().join("repo/.git/modules").symlink_metadata().is_err(), "the .git/modules link stayed");
+        let o = s.run(backend, "echo second run");
+        assert_eq!(o.status.code(), Some(0), "the next run is refused");
+    }
 }
 
 macro_rules! backend_suite {
@@ -132,5 +189,5 @@ macro_rules! backend_suite {
     };
 }
 
-backend_suite!(bwrap, "bwrap", [a_moved_directory_holds_nothing_the_host_runs]);
-backend_suite!(docker, "docker", [a_moved_directory_holds_nothing_the_host_runs]);
+backend_suite!(bwrap, "bwrap", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path]);
+backend_suite!(docker, "docker", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path]);
