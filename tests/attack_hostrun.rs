@@ -171,6 +171,42 @@ mod body {
         let o = s.run(backend, "echo second run");
         assert_eq!(o.status.code(), Some(0), "the next run is refused");
     }
+
+    /// The person's repository sends git to `.githooks` (`git config core.hooksPath
+    /// .githooks`, as many projects ask) and to `.husky/_` in a second one; the first
+    /// holds a hook of the person's, the second does not exist yet. The worker rewrites the
+    /// one and creates the other: the person's `git commit` runs neither.
+    pub fn hooks_named_by_core_hookspath(backend: &str) {
+        let s = Scratch::new();
+        let m = s.marker();
+        let (one, two) = (s.out().join("one"), s.out().join("two"));
+        for (repo, hooks) in [(&one, ".githooks"), (&two, ".husky/_")] {
+            std::fs::create_dir_all(repo).expect("mkdir");
+            support::give_to_worker(repo);
+            assert!(host_git(&s, repo, &["init", "-q"]).status.success());
+            assert!(host_git(&s, repo, &["config", "core.hooksPath", hooks]).status.success());
+        }
+        std::fs::create_dir_all(one.join(".githooks")).expect("mkdir");
+        std::fs::write(one.join(".githooks/pre-commit"), "#!/bin/sh\nexit 0\n").expect("hook");
+        let _ = Command::new("chmod").arg("+x").arg(one.join(".githooks/pre-commit")).status();
+        support::give_to_worker(&s.out());
+        let hook = format!("#!/bin/sh\\ntouch {}\\n", m.display());
+        let script = format!(
+            "cd /out; printf '{hook}' > one/.githooks/pre-commit; printf '{hook}' > one/.githooks/post-commit; chmod +x one/.githooks/*; \
+             mkdir -p two/.husky/_; printf '{hook}' > two/.husky/_/pre-commit; chmod +x two/.husky/_/pre-commit; echo planted"
+        );
+        let o = s.run(backend, &script);
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        for repo in [&one, &two] {
+            std::fs::write(repo.join("f"), "x").expect("write");
+            support::give_to_worker(&repo.join("f"));
+            host_git(&s, repo, &["add", "f"]);
+            host_git(&s, repo, &["commit", "-qm", "x"]);
+        }
+        assert!(!m.exists(), "the person's git commit ran a hook the worker wrote");
+        let o = s.run(backend, "echo second run");
+        assert_eq!(o.status.code(), Some(0), "the next run is refused");
+    }
 }
 
 macro_rules! backend_suite {
@@ -189,5 +225,5 @@ macro_rules! backend_suite {
     };
 }
 
-backend_suite!(bwrap, "bwrap", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path]);
-backend_suite!(docker, "docker", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path]);
+backend_suite!(bwrap, "bwrap", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath]);
+backend_suite!(docker, "docker", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath]);

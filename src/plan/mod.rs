@@ -16,6 +16,7 @@ use serde::Serialize;
 pub mod accounts;
 mod control;
 mod gitdir;
+mod hookspath;
 mod pin;
 pub mod protected;
 pub mod runtime;
