@@ -47,6 +47,9 @@ pub const DEFAULTS: &[&str] = &[
     ".mcp.json",
     ".claude",
     ".bashrc",
+    // Debian's and Ubuntu's `.bashrc` source it; Fedora's sources every file of `.bashrc.d`.
+    ".bash_aliases",
+    ".bashrc.d",
     ".bash_profile",
     ".bash_login",
     ".bash_logout",
@@ -56,6 +59,11 @@ pub const DEFAULTS: &[&str] = &[
     ".zshenv",
     ".zlogin",
     ".zlogout",
+    // fish runs `config.fish`, `conf.d/*` and autoloads `functions/*`.
+    ".config/fish",
+    // `config` (a `ProxyCommand` runs on `git fetch` over ssh), `rc` (sshd runs it at login),
+    // `authorized_keys`.
+    ".ssh",
 ];
 
 /// The entry that covers a non-directory `.git` only.

@@ -207,6 +207,28 @@ mod body {
         let o = s.run(backend, "echo second run");
         assert_eq!(o.status.code(), Some(0), "the next run is refused");
     }
+
+    /// The zone is a home directory: the worker plants start-up files the defaults did not
+    /// name — `.bash_aliases` (Debian's and Ubuntu's `.bashrc` source it), `.bashrc.d/`
+    /// (Fedora's), fish's `config.fish` and `conf.d/`, and `.ssh/config` (a `ProxyCommand`
+    /// that the person's `git fetch` over ssh runs). None stays.
+    pub fn more_start_up_files(backend: &str) {
+        let s = Scratch::new();
+        let m = s.marker();
+        let script = format!(
+            "set -e; cd /out; echo 'touch {m}' > .bash_aliases; mkdir -p .bashrc.d .config/fish/conf.d .ssh; echo 'touch {m}' > .bashrc.d/x.sh; \
+             echo 'touch {m}' > .config/fish/config.fish; echo 'touch {m}' > .config/fish/conf.d/x.fish; \
+             printf 'Host *\\n  ProxyCommand sh -c \"touch {m}\"\\n' > .ssh/config; echo planted",
+            m = m.display()
+        );
+        let o = s.run(backend, &script);
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        for planted in [".bash_aliases", ".bashrc.d/x.sh", ".config/fish/config.fish", ".config/fish/conf.d/x.fish", ".ssh/config"] {
+            assert!(s.out().join(planted).symlink_metadata().is_err(), "{planted} stayed in place");
+        }
+        let o = s.run(backend, "echo second run");
+        assert_eq!(o.status.code(), Some(0), "the next run is refused");
+    }
 }
 
 macro_rules! backend_suite {
@@ -225,5 +247,13 @@ macro_rules! backend_suite {
     };
 }
 
-backend_suite!(bwrap, "bwrap", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath]);
-backend_suite!(docker, "docker", [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath]);
+backend_suite!(
+    bwrap,
+    "bwrap",
+    [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath, more_start_up_files]
+);
+backend_suite!(
+    docker,
+    "docker",
+    [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath, more_start_up_files]
+);
