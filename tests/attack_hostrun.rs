@@ -229,6 +229,28 @@ mod body {
         let o = s.run(backend, "echo second run");
         assert_eq!(o.status.code(), Some(0), "the next run is refused");
     }
+
+    /// A chain of directories deeper than the sweep checks is moved into the quarantine
+    /// whole, three levels down (`.workcell/quarantine/RUN_ID/`): the next run's plan must
+    /// not refuse the zone for it (every later run refused, until the person finds why).
+    pub fn a_deep_chain_does_not_refuse_later_runs(backend: &str) {
+        let s = Scratch::new();
+        let script = "cd /out && python3 -c \"
+import os
+fd = os.open('.', os.O_RDONLY)
+for i in range(300):
+    os.mkdir('d', dir_fd=fd); n = os.open('d', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = n
+os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+\"";
+        let o = s.run(backend, script);
+        assert_eq!(o.status.code(), Some(0), "the chain was made");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("moved aside d/d/d"));
+        for run in ["second", "third"] {
+            let o = s.run(backend, &format!("echo {run}"));
+            assert_eq!(o.status.code(), Some(0), "the {run} run is refused for the quarantined chain");
+        }
+        let _ = Command::new("rm").arg("-rf").arg(&s.root).status();
+    }
 }
 
 macro_rules! backend_suite {
@@ -250,10 +272,22 @@ macro_rules! backend_suite {
 backend_suite!(
     bwrap,
     "bwrap",
-    [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath, more_start_up_files]
+    [
+        a_moved_directory_holds_nothing_the_host_runs,
+        a_link_on_the_way_to_a_protected_path,
+        hooks_named_by_core_hookspath,
+        more_start_up_files,
+        a_deep_chain_does_not_refuse_later_runs
+    ]
 );
 backend_suite!(
     docker,
     "docker",
-    [a_moved_directory_holds_nothing_the_host_runs, a_link_on_the_way_to_a_protected_path, hooks_named_by_core_hookspath, more_start_up_files]
+    [
+        a_moved_directory_holds_nothing_the_host_runs,
+        a_link_on_the_way_to_a_protected_path,
+        hooks_named_by_core_hookspath,
+        more_start_up_files,
+        a_deep_chain_does_not_refuse_later_runs
+    ]
 );
