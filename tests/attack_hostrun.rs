@@ -251,6 +251,36 @@ os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
         }
         let _ = Command::new("rm").arg("-rf").arg(&s.root).status();
     }
+
+    /// The person's repository config includes a file of the work tree (`git config
+    /// include.path ../tools/git.cfg`, as projects that share settings ask), one that exists
+    /// and one not made yet. The worker writes an fsmonitor command into both: the person's
+    /// `git status` runs nothing.
+    pub fn files_a_protected_config_includes(backend: &str) {
+        let s = Scratch::new();
+        let m = s.marker();
+        let (one, two) = (s.out().join("one"), s.out().join("two"));
+        for repo in [&one, &two] {
+            std::fs::create_dir_all(repo.join("tools")).expect("mkdir");
+            support::give_to_worker(repo);
+            assert!(host_git(&s, repo, &["init", "-q"]).status.success());
+            assert!(host_git(&s, repo, &["config", "include.path", "../tools/git.cfg"]).status.success());
+        }
+        std::fs::write(one.join("tools/git.cfg"), "[user]\n\tname = person\n").expect("cfg");
+        support::give_to_worker(&s.out());
+        let script = format!(
+            "cd /out; for r in one two; do printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' > $r/tools/git.cfg; done; echo planted",
+            m = m.display()
+        );
+        let o = s.run(backend, &script);
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        for repo in [&one, &two] {
+            host_git(&s, repo, &["status"]);
+        }
+        assert!(!m.exists(), "the person's git status ran an fsmonitor the worker wrote into an included file");
+        let o = s.run(backend, "echo second run");
+        assert_eq!(o.status.code(), Some(0), "the next run is refused");
+    }
 }
 
 macro_rules! backend_suite {
@@ -277,7 +307,8 @@ backend_suite!(
         a_link_on_the_way_to_a_protected_path,
         hooks_named_by_core_hookspath,
         more_start_up_files,
-        a_deep_chain_does_not_refuse_later_runs
+        a_deep_chain_does_not_refuse_later_runs,
+        files_a_protected_config_includes
     ]
 );
 backend_suite!(
@@ -288,6 +319,7 @@ backend_suite!(
         a_link_on_the_way_to_a_protected_path,
         hooks_named_by_core_hookspath,
         more_start_up_files,
-        a_deep_chain_does_not_refuse_later_runs
+        a_deep_chain_does_not_refuse_later_runs,
+        files_a_protected_config_includes
     ]
 );

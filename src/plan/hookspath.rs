@@ -8,8 +8,11 @@
 //! A relative value becomes an entry as written (matched at any depth, as every entry is:
 //! wider than the repository it came from, never narrower); an absolute one (or `~/…`)
 //! becomes the path relative to each area that holds it. A value that leaves its work tree
-//! (`..`) is resolved against the repository it came from when that is known. `include`d
-//! files are not followed.
+//! (`..`) is resolved against the repository it came from when that is known.
+//!
+//! A file such a configuration includes (`include.path`, `includeIf.*.path`, whatever the
+//! condition) is git configuration too, and protected the same way (a relative one lies
+//! beside the file naming it). What an included file itself names is not read.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -18,10 +21,20 @@ use crate::hostrun::{EntryError, Protection};
 /// Longest configuration file read.
 const MAX_CONFIG: usize = 256 * 1024;
 
-/// Every `core.hooksPath` value in the git configuration `text`, in order.
-pub(super) fn values(text: &str) -> Vec<String> {
+/// A path a git configuration names that git then runs or reads as configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Named {
+    /// `core.hooksPath`: taken in each work tree when relative.
+    Hooks(String),
+    /// `include.path`, `includeIf.*.path`: taken beside the configuration when relative.
+    Include(String),
+}
+
+/// Every `core.hooksPath` and `include` path in the git configuration `text`, in order
+/// (an `includeIf` whatever its condition).
+pub(super) fn values(text: &str) -> Vec<Named> {
     let mut out = Vec::new();
-    let mut in_core = false;
+    let (mut in_core, mut in_include) = (false, false);
     for line in text.lines() {
         let mut line = line.trim_start();
         if let Some(rest) = line.strip_prefix('[') {
@@ -29,23 +42,33 @@ pub(super) fn values(text: &str) -> Vec<String> {
             let header = rest[..end].trim();
             // `[core]` only: `[core "x"]` is a subsection, `[core.x]` its old spelling.
             in_core = header.eq_ignore_ascii_case("core");
+            let lower = header.to_ascii_lowercase();
+            in_include = lower == "include" || lower.starts_with("includeif ") || lower.starts_with("includeif\"");
             line = rest[end + 1..].trim_start();
         }
-        if !in_core {
+        let Some((key, value)) = line.split_once('=').map(|(k, v)| (k.trim(), unquote(v))) else { continue };
+        if value.is_empty() {
             continue;
         }
-        let (key, value) = match line.split_once('=') {
-            Some((k, v)) => (k.trim(), v),
-            None => continue,
-        };
-        if key.eq_ignore_ascii_case("hookspath") {
-            let v = unquote(value);
-            if !v.is_empty() {
-                out.push(v);
-            }
+        if in_core && key.eq_ignore_ascii_case("hookspath") {
+            out.push(Named::Hooks(value));
+        } else if in_include && key.eq_ignore_ascii_case("path") {
+            out.push(Named::Include(value));
         }
     }
     out
+}
+
+/// What `named`, found in the configuration file `config`, leads to.
+pub(super) fn named_target(named: &Named, config: &Path, worktree: Option<&Path>) -> Option<Target> {
+    match named {
+        Named::Hooks(v) => target(v, worktree),
+        // git takes a relative include beside the file that names it.
+        Named::Include(v) => target(v, config.parent()).map(|t| match t {
+            Target::Rel(r) => Target::Abs(lexical(&config.parent().unwrap_or(Path::new("/")).join(r))),
+            abs => abs,
+        }),
+    }
 }
 
 /// A configuration value as git reads it: quotes removed, `\` escapes kept literal for the
@@ -72,7 +95,7 @@ fn unquote(raw: &str) -> String {
 
 /// The values in the regular file `path` (read by path: the person's own configuration,
 /// outside any zone), or none.
-pub(super) fn values_in_host_file(path: &Path) -> Vec<String> {
+pub(super) fn values_in_host_file(path: &Path) -> Vec<Target> {
     use std::io::Read;
     let Ok(f) = std::fs::File::open(path) else { return Vec::new() };
     if !f.metadata().is_ok_and(|m| m.is_file()) {
@@ -80,7 +103,7 @@ pub(super) fn values_in_host_file(path: &Path) -> Vec<String> {
     }
     let mut buf = Vec::new();
     let _ = f.take(MAX_CONFIG as u64).read_to_end(&mut buf);
-    values(&String::from_utf8_lossy(&buf))
+    values(&String::from_utf8_lossy(&buf)).iter().filter_map(|n| named_target(n, path, None)).collect()
 }
 
 /// The person's own git configuration files (system, global, XDG).
@@ -151,8 +174,9 @@ pub(super) fn in_walked(walked: &[super::protected::Walked<'_>]) -> Vec<Target> 
                 _ => continue,
             };
             let Some(text) = super::gitdir::read_beneath(&w.dir, &file, MAX_CONFIG) else { continue };
+            let config = w.m.source.join(&file);
             for v in values(&text) {
-                if let Some(t) = target(&v, worktree.as_deref()) {
+                if let Some(t) = named_target(&v, &config, worktree.as_deref()) {
                     if !out.contains(&t) {
                         out.push(t);
                     }
@@ -213,8 +237,13 @@ mod tests {
     #[test]
     fn finds_core_hookspath() {
         let text =
-            "[user]\n\thooksPath = no\n[core]\n\tbare = false\n\thooksPath = .githooks # mine\n[core \"x\"]\n\thookspath = no\n[Core] HOOKSPATH = \"a b\"\n";
-        assert_eq!(values(text), vec![".githooks".to_string(), "a b".to_string()]);
+            "[user]\n\thooksPath = no\n[core]\n\tbare = false\n\thooksPath = .githooks # mine\n[core \"x\"]\n\thookspath = no\n[Core] HOOKSPATH = \"a b\"\n\
+                    [include]\n\tpath = ../x.cfg\n[includeIf \"gitdir:/p/\"]\n\tpath = /p/y.cfg\n";
+        let named = vec![Named::Hooks(".githooks".into()), Named::Hooks("a b".into()), Named::Include("../x.cfg".into()), Named::Include("/p/y.cfg".into())];
+        assert_eq!(values(text), named);
+        let config = Path::new("/z/repo/.git/config");
+        assert_eq!(named_target(&named[2], config, Some(Path::new("/z/repo"))), Some(Target::Abs("/z/repo/x.cfg".into())));
+        assert_eq!(named_target(&named[0], config, Some(Path::new("/z/repo"))), Some(Target::Rel(".githooks".into())));
     }
 
     #[test]

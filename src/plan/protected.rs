@@ -78,8 +78,7 @@ pub(super) fn protected_areas(
 ) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
     // Hook directories named by the person's own git configuration, then by the protected
     // configurations the walk finds (one more walk when those name others).
-    let mut hooks: Vec<Target> =
-        hookspath::host_configs().iter().flat_map(|f| hookspath::values_in_host_file(f)).filter_map(|v| hookspath::target(&v, None)).collect();
+    let mut hooks: Vec<Target> = hookspath::host_configs().iter().flat_map(|f| hookspath::values_in_host_file(f)).collect();
     let mut walked = walk_zones(sandbox, zones, other, &hooks)?;
     let named: Vec<Target> = hookspath::in_walked(&walked).into_iter().filter(|t| !hooks.contains(t)).collect();
     if !named.is_empty() {
