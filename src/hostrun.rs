@@ -13,6 +13,10 @@
 //! `sub/.git/hooks/x`. The entry `.git` is special: it covers a `.git` that is *not* a
 //! directory (a `gitdir:` pointer file, or a link), never a repository's `.git` directory,
 //! whose contents the other entries judge.
+//!
+//! A link (or anything not a directory) at a name on the way to an entry is protected too:
+//! with `.config` a link to `x`, git reads `x/git/config` as `~/.config/git/config`, and the
+//! path `x/git/config` itself matches nothing.
 
 use std::path::{Component, Path};
 
@@ -43,6 +47,9 @@ pub const DEFAULTS: &[&str] = &[
     ".mcp.json",
     ".claude",
     ".bashrc",
+    // Debian's and Ubuntu's `.bashrc` source it; Fedora's sources every file of `.bashrc.d`.
+    ".bash_aliases",
+    ".bashrc.d",
     ".bash_profile",
     ".bash_login",
     ".bash_logout",
@@ -52,6 +59,11 @@ pub const DEFAULTS: &[&str] = &[
     ".zshenv",
     ".zlogin",
     ".zlogout",
+    // fish runs `config.fish`, `conf.d/*` and autoloads `functions/*`.
+    ".config/fish",
+    // `config` (a `ProxyCommand` runs on `git fetch` over ssh), `rc` (sshd runs it at login),
+    // `authorized_keys`.
+    ".ssh",
 ];
 
 /// The entry that covers a non-directory `.git` only.
@@ -97,9 +109,19 @@ pub struct Protection {
     entries: Vec<String>,
     /// One glob per entry and `**/` form, each tagged with its entry's index.
     set: GlobSet,
-    /// For each glob of `set`: the entry it belongs to, and whether it is the entry itself
-    /// (true) or a path beneath it (false).
-    owners: Vec<(usize, bool)>,
+    /// For each glob of `set`: the entry it belongs to, and what part of it the glob is.
+    owners: Vec<(usize, Part)>,
+}
+
+/// What part of an entry a glob matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// The entry itself.
+    Itself,
+    /// A path beneath it.
+    Beneath,
+    /// A name on the way to it (`.config` of `.config/git`): protected when not a directory.
+    OnTheWay,
 }
 
 impl Default for Protection {
@@ -127,15 +149,22 @@ impl Protection {
         let mut builder = GlobSetBuilder::new();
         let mut owners = Vec::new();
         for (i, e) in kept.iter().enumerate() {
-            let forms: &[(String, bool)] = &[(format!("**/{e}"), true), (format!("**/{e}/**"), false)];
-            for (form, itself) in forms {
+            let mut forms = vec![(format!("**/{e}"), Part::Itself), (format!("**/{e}/**"), Part::Beneath)];
+            let names: Vec<&str> = e.split('/').collect();
+            for k in 1..names.len() {
+                // `**` itself goes through directories only, whatever they are called.
+                if names[k - 1] != "**" {
+                    forms.push((format!("**/{}", names[..k].join("/")), Part::OnTheWay));
+                }
+            }
+            for (form, part) in &forms {
                 let glob = GlobBuilder::new(form)
                     .literal_separator(true)
                     .backslash_escape(true)
                     .build()
                     .map_err(|err| EntryError::BadPattern { entry: e.clone(), reason: err.kind().to_string() })?;
                 builder.add(glob);
-                owners.push((i, *itself));
+                owners.push((i, *part));
             }
         }
         let set = builder.build().map_err(|err| EntryError::BadPattern { entry: kept.join(", "), reason: err.to_string() })?;
@@ -173,10 +202,13 @@ impl Protection {
         }
         let mut best: Option<usize> = None;
         for g in self.set.matches(rel) {
-            let (entry, itself) = self.owners[g];
+            let (entry, part) = self.owners[g];
             // `.git` itself counts only when it is not a directory; paths beneath a `.git`
             // directory are judged by the other entries.
-            if self.entries[entry] == GIT_POINTER && (!itself || kind == Kind::Dir) {
+            if self.entries[entry] == GIT_POINTER && (part == Part::Beneath || kind == Kind::Dir) {
+                continue;
+            }
+            if part == Part::OnTheWay && kind == Kind::Dir {
                 continue;
             }
             best = Some(best.map_or(entry, |b| b.min(entry)));
@@ -241,6 +273,18 @@ mod tests {
         let p = Protection::default();
         assert_eq!(m(&p, ".git", Kind::Other).as_deref(), Some(".git"));
         assert_eq!(m(&p, "sub/.git", Kind::Other).as_deref(), Some(".git"));
+    }
+
+    #[test]
+    fn a_link_on_the_way_is_protected() {
+        let p = Protection::default();
+        assert_eq!(m(&p, ".config", Kind::Other).as_deref(), Some(".config/git"));
+        assert_eq!(m(&p, "home/.config", Kind::Other).as_deref(), Some(".config/git"));
+        assert_eq!(m(&p, ".config", Kind::Dir), None);
+        assert_eq!(m(&p, ".git/modules", Kind::Other).as_deref(), Some(".git/modules/**/config"));
+        assert_eq!(m(&p, ".git/worktrees/wt", Kind::Other).as_deref(), Some(".git/worktrees/*/commondir"));
+        assert_eq!(m(&p, ".git/worktrees", Kind::Dir), None);
+        assert_eq!(m(&p, ".git/modules/a", Kind::Other), None, "below `**`: a git directory by its contents");
     }
 
     #[test]

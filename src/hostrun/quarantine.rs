@@ -16,7 +16,13 @@
 //!   likely the person's data than a plant).
 //!
 //! A directory that cannot be opened (a worker's `chmod 000`, when workcell is not root) is
-//! moved into the quarantine whole as well. Entries renamed while the walk runs (a parent
+//! moved into the quarantine whole as well.
+//!
+//! A protected directory moved whole (`.vscode/`, `sub/.git/hooks`) is then walked where it
+//! now is, as an area of its own: whatever the worker put inside it that the host runs (a
+//! whole repository with its config, an `.envrc`) is moved out of it too, so that a person
+//! looking at the quarantine with git, or with a git-aware prompt, runs nothing, and the
+//! next run's plan finds no protected path (or link) in it to refuse. Entries renamed while the walk runs (a parent
 //! worker is still alive while its child's run ends) are skipped when gone, and looked at
 //! again as what they now are.
 
@@ -118,9 +124,21 @@ pub fn sweep(area: &ProtectedArea, run_id: &str) -> Report {
     };
     let report = Report { host: held.current_path().map(|p| p.to_string_lossy().into_owned()), ..report };
     let bound = area.bound.iter().map(|b| (b.path.trim_start_matches("./").trim_matches('/'), b.identity)).collect();
-    let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report, found: None, bound };
-    if let Err(e) = s.walk() {
+    let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report, found: None, bound, base_len: 0, pending: Vec::new() };
+    if let Err(e) = s.walk(held.0.as_fd(), &[]) {
         s.report.incomplete = Some(format!("cannot read the area: {e}"));
+    }
+    // Directories moved whole, walked in the quarantine; each entry is still looked at once.
+    while let Some(moved) = s.pending.pop() {
+        let opened = match &s.quarantine {
+            Some(Ok((q, _))) => open_dir(q.as_fd(), &moved),
+            _ => break,
+        };
+        let Ok(dir) = opened else { continue };
+        let base = format!("{DIR}/{run_id}/{}", moved.to_string_lossy());
+        if let Err(e) = s.walk(dir.as_fd(), base.as_bytes()) {
+            s.report.incomplete = Some(format!("cannot read {}: {e}", crate::term::escape(&base)));
+        }
     }
     s.report
 }
@@ -140,8 +158,10 @@ pub fn existing(area: &ProtectedArea) -> Vec<BoundPath> {
         report: Report::default(),
         found: Some(Vec::new()),
         bound: HashMap::new(),
+        base_len: 0,
+        pending: Vec::new(),
     };
-    let _ = s.walk();
+    let _ = s.walk(held.0.as_fd(), &[]);
     s.found.unwrap_or_default()
 }
 
@@ -159,6 +179,11 @@ struct Sweep<'a> {
     found: Option<Vec<BoundPath>>,
     /// The area's bound paths (relative, normalised) and their identities.
     bound: HashMap<&'a str, (u64, u64)>,
+    /// How much of a walk's path is the place its root has in the area (a directory moved
+    /// into the quarantine): what follows is matched as if that root were an area's.
+    base_len: usize,
+    /// Directories moved into the quarantine whole for being protected, not walked yet.
+    pending: Vec<CString>,
 }
 
 /// This run's quarantine directory, and its identity (device, inode).
@@ -171,9 +196,11 @@ struct Frame {
 }
 
 impl Sweep<'_> {
-    fn walk(&mut self) -> io::Result<()> {
-        let mut stack = vec![Frame { dir: list(self.root)?, rel_len: 0 }];
-        let mut rel: Vec<u8> = Vec::new();
+    /// Walks beneath `root`, which is at `base` in the area (empty: the area's root).
+    fn walk(&mut self, root: BorrowedFd<'_>, base: &[u8]) -> io::Result<()> {
+        let mut rel: Vec<u8> = base.to_vec();
+        self.base_len = if base.is_empty() { 0 } else { base.len() + 1 };
+        let mut stack = vec![Frame { dir: list(root)?, rel_len: rel.len() }];
         self.git_dir_inside(stack[0].dir.fd()?, &rel);
         loop {
             let depth = stack.len();
@@ -216,7 +243,7 @@ impl Sweep<'_> {
                 _ => Kind::Other,
             };
             loop {
-                if let Some(entry) = self.area.protection.matches(Path::new(OsStr::from_bytes(&rel)), kind) {
+                if let Some(entry) = self.area.protection.matches(Path::new(OsStr::from_bytes(&rel[self.base_len..])), kind) {
                     if !self.was_bound(parent, name, &rel) {
                         let entry = entry.to_string();
                         self.neutralise(parent, name, &rel, Why::Protected { entry });
@@ -323,7 +350,12 @@ impl Sweep<'_> {
         }
         self.report.total += 1;
         let outcome = match self.move_aside(parent, name, rel) {
-            Ok(to) => Outcome::Quarantined { to },
+            Ok((to, moved)) => {
+                if matches!(why, Why::Protected { .. }) {
+                    self.walk_later(moved);
+                }
+                Outcome::Quarantined { to }
+            }
             Err(moving) => match remove::remove_tree(parent, name) {
                 Ok(()) => Outcome::Removed { error: moving.to_string() },
                 Err(e) => {
@@ -337,7 +369,17 @@ impl Sweep<'_> {
         }
     }
 
-    fn move_aside(&mut self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> io::Result<String> {
+    /// Notes `moved` (a name in the quarantine) to be walked, when it is a directory.
+    fn walk_later(&mut self, moved: CString) {
+        let Some(Ok((q, _))) = &self.quarantine else { return };
+        if rustix::fs::statat(q, &moved, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory) {
+            self.pending.push(moved);
+        }
+    }
+
+    /// Moves `name` beneath `parent` into the quarantine: where it is now (relative to the
+    /// area) and its name there.
+    fn move_aside(&mut self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> io::Result<(String, CString)> {
         if self.quarantine.is_none() {
             self.quarantine = Some(make_quarantine(self.root, self.run_id).map_err(|e| e.to_string()));
         }
@@ -353,8 +395,9 @@ impl Sweep<'_> {
         if [Kind::Dir, Kind::Other].iter().any(|k| self.area.protection.matches(Path::new(&to), *k).is_some()) {
             return Err(io::Error::other(format!("{to} would itself be protected")));
         }
-        rustix::fs::renameat_with(parent, name, q, moved.as_str(), RenameFlags::NOREPLACE)?;
-        Ok(to)
+        let moved = CString::new(moved).map_err(io::Error::other)?;
+        rustix::fs::renameat_with(parent, name, q, &moved, RenameFlags::NOREPLACE)?;
+        Ok((to, moved))
     }
 }
 

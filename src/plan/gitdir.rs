@@ -68,6 +68,11 @@ pub(super) fn add_named_git_dirs(walked: &mut [Walked]) {
 /// The start of the regular file `rel` beneath `dir`, opened one name at a time without
 /// following links (`None` for anything else: missing, a link, a FIFO, unreadable).
 fn read_small(dir: &OwnedFd, rel: &Path) -> Option<String> {
+    read_beneath(dir, rel, MAX_POINTER)
+}
+
+/// The first `max` bytes of the regular file `rel` beneath `dir`, as [`read_small`] opens it.
+pub(super) fn read_beneath(dir: &OwnedFd, rel: &Path, max: usize) -> Option<String> {
     let names: Vec<_> = rel.components().map(|c| c.as_os_str()).collect();
     let (last, parents) = names.split_last()?;
     let mut cur = dir.try_clone().ok()?;
@@ -84,8 +89,14 @@ fn read_small(dir: &OwnedFd, rel: &Path) -> Option<String> {
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
         return None;
     }
-    let mut buf = vec![0u8; MAX_POINTER];
-    let n = rustix::io::read(&fd, &mut buf).ok()?;
+    let mut buf = vec![0u8; max];
+    let mut n = 0;
+    while n < max {
+        match rustix::io::read(&fd, &mut buf[n..]).ok()? {
+            0 => break,
+            got => n += got,
+        }
+    }
     buf.truncate(n);
-    String::from_utf8(buf).ok()
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }

@@ -17,6 +17,7 @@ pub mod access;
 pub mod accounts;
 mod control;
 mod gitdir;
+mod hookspath;
 mod pin;
 pub mod protected;
 pub mod runtime;

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
+use super::hookspath::{self, Target};
 use super::pin::{pin, within, zone_dir, Opened, Pinned};
 use super::{BoundPath, PlanMount, ProtectedArea};
 use crate::hostrun::{Kind, Protection};
@@ -63,6 +64,8 @@ pub enum ProtectError {
         .1
     )]
     Link(String, String),
+    #[error("a git configuration's core.hooksPath names hooks in this zone that cannot be protected: {0}. Move the hooks to a plainer path and set core.hooksPath to it")]
+    HooksPath(String),
 }
 
 /// The protected areas of the writable, bind-delivered mounts of `zones`, and the mounts
@@ -73,27 +76,17 @@ pub(super) fn protected_areas(
     zones: &[(PlanMount, String)],
     other: &[Pinned],
 ) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
-    let mut budget = Budget::default();
-    let mut walked: Vec<Walked> = Vec::new();
-    for (m, name) in zones.iter().filter(|(m, _)| !m.read_only) {
-        let Some(mount) = sandbox.mounts().iter().find(|x| &x.name == name) else { continue };
-        // Copy delivery publishes a checked copy instead (its checks refuse these paths).
-        if mount.delivery == Delivery::Copy {
-            continue;
-        }
-        let Some(dir) = zone_dir(m) else { continue };
-        // Targets beneath this mount that something else is bound at.
-        let skip: Vec<PathBuf> = zones
-            .iter()
-            .map(|(z, _)| z.target.as_str())
-            .chain(other.iter().map(|p| p.bind.target.as_str()))
-            .filter(|t| *t != m.target && within(t, &m.target))
-            .filter_map(|t| t.strip_prefix(m.target.trim_end_matches('/')).map(|r| PathBuf::from(r.trim_start_matches('/'))))
-            .collect();
-        let found = walk(&dir, &mount.protection, &skip, &mut budget).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
-        walked.push(Walked { m, protection: &mount.protection, dir, found });
+    // Hook directories named by the person's own git configuration, then by the protected
+    // configurations the walk finds (one more walk when those name others).
+    let mut hooks: Vec<Target> = hookspath::host_configs().iter().flat_map(|f| hookspath::values_in_host_file(f)).collect();
+    let mut walked = walk_zones(sandbox, zones, other, &hooks)?;
+    let named: Vec<Target> = hookspath::in_walked(&walked).into_iter().filter(|t| !hooks.contains(t)).collect();
+    if !named.is_empty() {
+        hooks.extend(named);
+        drop(walked);
+        walked = walk_zones(sandbox, zones, other, &hooks)?;
     }
-    super::gitdir::add_named_git_dirs(&mut walked);
+    let mut budget = Budget::default();
     let mut areas = Vec::new();
     let mut binds = Vec::new();
     for w in walked {
@@ -130,11 +123,40 @@ pub(super) fn protected_areas(
     Ok((areas, binds))
 }
 
+/// The walks of the writable, bind-delivered mounts of `zones`, each with its protection
+/// plus the hook directories of `hooks`.
+fn walk_zones<'a>(sandbox: &Sandbox, zones: &'a [(PlanMount, String)], other: &[Pinned], hooks: &[Target]) -> Result<Vec<Walked<'a>>, super::PlanError> {
+    let mut budget = Budget::default();
+    let mut walked: Vec<Walked> = Vec::new();
+    for (m, name) in zones.iter().filter(|(m, _)| !m.read_only) {
+        let Some(mount) = sandbox.mounts().iter().find(|x| &x.name == name) else { continue };
+        // Copy delivery publishes a checked copy instead (its checks refuse these paths).
+        if mount.delivery == Delivery::Copy {
+            continue;
+        }
+        let Some(dir) = zone_dir(m) else { continue };
+        // Targets beneath this mount that something else is bound at.
+        let skip: Vec<PathBuf> = zones
+            .iter()
+            .map(|(z, _)| z.target.as_str())
+            .chain(other.iter().map(|p| p.bind.target.as_str()))
+            .filter(|t| *t != m.target && within(t, &m.target))
+            .filter_map(|t| t.strip_prefix(m.target.trim_end_matches('/')).map(|r| PathBuf::from(r.trim_start_matches('/'))))
+            .collect();
+        let protection = hookspath::with_hooks(&mount.protection, hooks, &m.source)
+            .map_err(|e| super::PlanError::Protected { zone: m.target.clone(), reason: ProtectError::HooksPath(e.to_string()) })?;
+        let found = walk(&dir, &protection, &skip, &mut budget).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
+        walked.push(Walked { m, protection, dir, found });
+    }
+    super::gitdir::add_named_git_dirs(&mut walked);
+    Ok(walked)
+}
+
 /// One writable mount after its walk: the protected paths found in it (relative, with the
 /// entry protecting each).
 pub(super) struct Walked<'a> {
     pub m: &'a PlanMount,
-    pub protection: &'a Protection,
+    pub protection: Protection,
     pub dir: OwnedFd,
     pub found: Vec<(PathBuf, String)>,
 }
@@ -157,6 +179,12 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
     let mut stack: Vec<(Arc<OwnedFd>, PathBuf)> = vec![(Arc::new(root), PathBuf::new())];
     while let Some((fd, rel)) = stack.pop() {
         if rel.components().count() > MAX_DEPTH {
+            // A subtree the sweep moved whole for its depth lies three levels down in the
+            // quarantine: not bound, moved whole again by this run's sweep (as the sweep
+            // does with any subtree that deep), never a reason to refuse every later run.
+            if rel.starts_with(crate::hostrun::quarantine::DIR) {
+                continue;
+            }
             return Err(ProtectError::TooDeep(rel.to_string_lossy().into_owned()));
         }
         let entries = rustix::fs::Dir::read_from(&*fd).map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
