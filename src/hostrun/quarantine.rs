@@ -26,7 +26,7 @@
 //! worker is still alive while its child's run ends) are skipped when gone, and looked at
 //! again as what they now are.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -123,7 +123,7 @@ pub fn sweep(area: &ProtectedArea, run_id: &str) -> Report {
         return Report { incomplete: Some("the area was not held open, so it could not be checked".into()), ..report };
     };
     let report = Report { host: held.current_path().map(|p| p.to_string_lossy().into_owned()), ..report };
-    let bound = area.bound.iter().map(|b| (b.path.trim_start_matches("./").trim_matches('/'), b.identity)).collect();
+    let bound = area.bound.iter().map(|b| b.identity).collect();
     let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report, found: None, bound, base_len: 0, pending: Vec::new() };
     if let Err(e) = s.walk(held.0.as_fd(), &[]) {
         s.report.incomplete = Some(format!("cannot read the area: {e}"));
@@ -157,7 +157,7 @@ pub fn existing(area: &ProtectedArea) -> Vec<BoundPath> {
         next: 1,
         report: Report::default(),
         found: Some(Vec::new()),
-        bound: HashMap::new(),
+        bound: HashSet::new(),
         base_len: 0,
         pending: Vec::new(),
     };
@@ -177,8 +177,11 @@ struct Sweep<'a> {
     report: Report,
     /// Collecting what exists (for [`existing`]) instead of moving it.
     found: Option<Vec<BoundPath>>,
-    /// The area's bound paths (relative, normalised) and their identities.
-    bound: HashMap<&'a str, (u64, u64)>,
+    /// The identities of the area's bound paths. The identity alone decides: a bound object
+    /// cannot be moved (it is a mount point in the sandbox, its parents pinned) nor linked
+    /// elsewhere (a link across mounts fails), and it is held open, so its inode is not
+    /// reused; and a path need not be UTF-8.
+    bound: HashSet<(u64, u64)>,
     /// How much of a walk's path is the place its root has in the area (a directory moved
     /// into the quarantine): what follows is matched as if that root were an area's.
     base_len: usize,
@@ -244,7 +247,7 @@ impl Sweep<'_> {
             };
             loop {
                 if let Some(entry) = self.area.protection.matches(Path::new(OsStr::from_bytes(&rel[self.base_len..])), kind) {
-                    if !self.was_bound(parent, name, &rel) {
+                    if !self.was_bound(parent, name) {
                         let entry = entry.to_string();
                         self.neutralise(parent, name, &rel, Why::Protected { entry });
                     }
@@ -316,16 +319,15 @@ impl Sweep<'_> {
                 path.push(b'/');
             }
             path.extend_from_slice(inside.as_bytes());
-            if !self.was_bound(dir, &name, &path) {
+            if !self.was_bound(dir, &name) {
                 self.neutralise(dir, &name, &path, Why::Protected { entry: "a git directory's ".to_string() + inside });
             }
         }
     }
 
     /// Whether `rel` is a path that was bound read-only at launch and is still that object.
-    fn was_bound(&self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> bool {
-        let Some(id) = std::str::from_utf8(rel).ok().and_then(|r| self.bound.get(r)) else { return false };
-        rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| (st.st_dev, st.st_ino) == *id)
+    fn was_bound(&self, parent: BorrowedFd<'_>, name: &CStr) -> bool {
+        !self.bound.is_empty() && rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).is_ok_and(|st| self.bound.contains(&(st.st_dev, st.st_ino)))
     }
 
     /// Whether `dir` is this run's own quarantine (not walked: what is there was moved by

@@ -84,6 +84,23 @@ fn a_bound_path_with_its_identity_stays_and_a_swapped_one_goes() {
     assert!(!r.join(".envrc").exists());
 }
 
+/// A bound path is recognised by its identity, so one beneath a directory whose name is not
+/// UTF-8 stays too (a person's repository is not taken apart after every run).
+#[test]
+fn a_bound_path_under_a_name_that_is_not_utf8_stays() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path();
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9");
+    fs::create_dir_all(r.join(odd).join(".git")).unwrap();
+    fs::write(r.join(odd).join(".git/config"), "x").unwrap();
+    let m = fs::symlink_metadata(r.join(odd).join(".git/config")).unwrap();
+    let mut a = area(r);
+    a.bound = vec![BoundPath { path: "caf\u{fffd}/.git/config".into(), entry: ".git/config".into(), identity: (m.dev(), m.ino()) }];
+    assert!(sweep(&a, "RUN").is_empty());
+    assert!(r.join(odd).join(".git/config").exists());
+}
+
 #[test]
 fn a_planted_workcell_link_is_not_followed() {
     let tmp = tempfile::tempdir().unwrap();
