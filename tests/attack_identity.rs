@@ -1,0 +1,76 @@
+//! Red team for "one identity per worker" (issue 23), as root on bwrap and docker: each body
+//! tries to make workcell act for the worker with more than the worker's rights, and asserts
+//! that it held.
+
+mod support;
+
+use std::process::{Command, Output};
+
+use support::{give_to_worker, write_project};
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn show(what: &str, out: &Output) -> String {
+    format!("{what} -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+mod body {
+    use super::*;
+
+    /// `4294967295` is no uid: it is the kernel's "leave it unchanged" (-1) for
+    /// `setresuid`/`setresgid`/`chown`, so a worker "running as" it would keep root's ids
+    /// wherever the value is passed on. As `--user` or `defaults.user`, in either place, it
+    /// must be refused before anything runs (exit 2, no panic), like uid 0.
+    pub fn user_minus_one_is_refused(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path();
+        std::fs::create_dir(dir.join("out")).expect("mkdir");
+        give_to_worker(&dir.join("out"));
+        let zone = format!("out={}:rw", dir.join("out").display());
+        let script = "id > /out/ran";
+        for user in ["4294967295", "1000:4294967295", "4294967295:1000"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+                .current_dir(dir)
+                .args(["run", "--backend", backend, "--user", user, "--zone", &zone, "--", "sh", "-c", script])
+                .output()
+                .expect("run");
+            let shown = show(&format!("--user {user}"), &out);
+            assert_eq!(out.status.code(), Some(2), "{shown}");
+            assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{shown}");
+            assert!(!dir.join("out/ran").exists(), "the worker ran: {shown}");
+        }
+        let proj = dir.join("proj");
+        std::fs::create_dir(&proj).expect("mkdir");
+        std::fs::create_dir(proj.join("out")).expect("mkdir");
+        give_to_worker(&proj.join("out"));
+        write_project(&proj, &format!("defaults:\n  user: \"4294967295\"\n  backend: {backend}\nsandbox:\n  zones:\n    out: {{path: ./out, mode: rw}}\n"), &[]);
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell")).current_dir(&proj).args(["run", "--", "sh", "-c", script]).output().expect("run");
+        let shown = show("defaults.user 4294967295", &out);
+        assert_eq!(out.status.code(), Some(2), "{shown}");
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"), "{shown}");
+        assert!(!proj.join("out/ran").exists(), "the worker ran: {shown}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("4294967295"), "the refusal names the value: {shown}");
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal) => {
+        mod $module {
+            use super::*;
+            #[test]
+            fn user_minus_one_is_refused() {
+                if support::backend_ready($backend) {
+                    body::user_minus_one_is_refused($backend);
+                }
+            }
+        }
+    };
+}
+
+backend_suite!(bwrap, "bwrap");
+backend_suite!(docker, "docker");
