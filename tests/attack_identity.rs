@@ -48,7 +48,11 @@ mod body {
         std::fs::create_dir(&proj).expect("mkdir");
         std::fs::create_dir(proj.join("out")).expect("mkdir");
         give_to_worker(&proj.join("out"));
-        write_project(&proj, &format!("defaults:\n  user: \"4294967295\"\n  backend: {backend}\nsandbox:\n  zones:\n    out: {{path: ./out, mode: rw}}\n"), &[]);
+        write_project(
+            &proj,
+            &format!("defaults:\n  user: \"4294967295\"\n  backend: {backend}\nsandbox:\n  zones:\n    out: {{path: ./out, mode: rw}}\n"),
+            &[],
+        );
         let out = Command::new(env!("CARGO_BIN_EXE_workcell")).current_dir(&proj).args(["run", "--", "sh", "-c", script]).output().expect("run");
         let shown = show("defaults.user 4294967295", &out);
         assert_eq!(out.status.code(), Some(2), "{shown}");
