@@ -60,6 +60,36 @@ mod body {
         assert!(!proj.join("out/ran").exists(), "the worker ran: {shown}");
         assert!(String::from_utf8_lossy(&out.stderr).contains("4294967295"), "the refusal names the value: {shown}");
     }
+
+    /// A zone below a root-only directory (0700) whose ACL lets the worker's uid search it:
+    /// the worker reaches it (the kernel honours the ACL), so the pre-flight and the backend
+    /// must both let the run go, and not ask to open the directory to everyone (`o+x`).
+    pub fn acl_searchable_parent_is_not_refused(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        if Command::new("setfacl").arg("--version").output().is_err() {
+            eprintln!("no setfacl here: skipped");
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+        let uid = support::TEST_WORKER_UID;
+        let st = Command::new("setfacl").args(["-m", &format!("u:{uid}:x")]).arg(&dir).status().expect("setfacl");
+        assert!(st.success());
+        std::fs::create_dir(dir.join("z")).expect("mkdir");
+        give_to_worker(&dir.join("z"));
+        let zone = format!("z={}:rw", dir.join("z").display());
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .current_dir(&dir)
+            .args(["run", "--backend", backend, "--user", &format!("{uid}:{uid}"), "--zone", &zone, "--", "sh", "-c", "echo hi > /z/ran"])
+            .output()
+            .expect("run");
+        let shown = show("zone below an ACL-searchable 0700 directory", &out);
+        assert_eq!(out.status.code(), Some(0), "{shown}");
+        assert_eq!(std::fs::read_to_string(dir.join("z/ran")).unwrap_or_default(), "hi\n", "{shown}");
+    }
 }
 
 macro_rules! backend_suite {
@@ -70,6 +100,12 @@ macro_rules! backend_suite {
             fn user_minus_one_is_refused() {
                 if support::backend_ready($backend) {
                     body::user_minus_one_is_refused($backend);
+                }
+            }
+            #[test]
+            fn acl_searchable_parent_is_not_refused() {
+                if support::backend_ready($backend) {
+                    body::acl_searchable_parent_is_not_refused($backend);
                 }
             }
         }
