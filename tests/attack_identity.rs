@@ -90,6 +90,32 @@ mod body {
         assert_eq!(out.status.code(), Some(0), "{shown}");
         assert_eq!(std::fs::read_to_string(dir.join("z/ran")).unwrap_or_default(), "hi\n", "{shown}");
     }
+
+    /// `network: false` (the default) after localhost was made to resolve (docker now says
+    /// `network_mode: none`): the worker has the loopback interface only, no IPv4 route, and
+    /// `localhost` is loopback.
+    pub fn no_network_is_loopback_only(backend: &str) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = std::fs::canonicalize(tmp.path()).expect("canonical");
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+        std::fs::create_dir(dir.join("z")).expect("mkdir");
+        let zone = format!("z={}:ro", dir.join("z").display());
+        let script =
+            "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; echo ROUTES; tail -n +2 /proc/net/route; echo HOSTS; getent ahosts localhost | head -1";
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .current_dir(&dir)
+            .args(["run", "--backend", backend, "--zone", &zone, "--", "sh", "-c", script])
+            .output()
+            .expect("run");
+        let shown = show("network: false", &out);
+        assert_eq!(out.status.code(), Some(0), "{shown}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let (ifaces, rest) = stdout.split_once("ROUTES\n").expect("sections");
+        let (routes, hosts) = rest.split_once("HOSTS\n").expect("sections");
+        assert_eq!(ifaces.lines().collect::<Vec<_>>(), vec!["lo"], "only loopback: {shown}");
+        assert_eq!(routes.trim(), "", "no IPv4 route: {shown}");
+        assert!(hosts.starts_with("127.0.0.1"), "localhost is loopback: {shown}");
+    }
 }
 
 macro_rules! backend_suite {
@@ -106,6 +132,12 @@ macro_rules! backend_suite {
             fn acl_searchable_parent_is_not_refused() {
                 if support::backend_ready($backend) {
                     body::acl_searchable_parent_is_not_refused($backend);
+                }
+            }
+            #[test]
+            fn no_network_is_loopback_only() {
+                if support::backend_ready($backend) {
+                    body::no_network_is_loopback_only($backend);
                 }
             }
         }
