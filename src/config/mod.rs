@@ -131,6 +131,10 @@ pub enum UserError {
     NotNumeric(#[source] std::num::ParseIntError),
     #[error("workers never run as root (uid or gid 0); name an unprivileged user, like 1000:1000")]
     Root,
+    /// 4294967295 is -1 to the kernel: "leave the id unchanged" (`setresuid`, `chown`), so a
+    /// worker given it would keep workcell's own ids.
+    #[error("{0} is not a user or group id (the kernel reads it as -1, \"unchanged\"); name an unprivileged user, like 1000:1000")]
+    Unchanged(u32),
 }
 
 /// `UID` or `UID:GID` (numeric; the gid defaults to the uid). Root is refused: a worker never
@@ -144,6 +148,9 @@ pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, UserError> {
     let (uid, gid) = (num(uid)?, num(gid)?);
     if uid == 0 || gid == 0 {
         return Err(UserError::Root);
+    }
+    if let Some(bad) = [uid, gid].into_iter().find(|&id| id == u32::MAX) {
+        return Err(UserError::Unchanged(bad));
     }
     Ok(crate::plan::UserSpec { uid, gid })
 }

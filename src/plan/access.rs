@@ -172,16 +172,12 @@ pub fn check_sandbox(sandbox: &Sandbox, user: UserSpec, ancestors: bool) -> Resu
 fn refusal(c: &Check, user: UserSpec) -> Option<Refusal> {
     let refused = |blocked| Some(Refusal { zone: c.zone.clone(), path: c.path.clone(), need: c.need, user, blocked });
     if c.ancestors {
-        // From `/` down: the first the kernel would stop at.
-        let mut above: Vec<&std::path::Path> = c.path.ancestors().skip(1).collect();
-        above.reverse();
-        for dir in above {
-            if let Err(e) = access_path(dir, libc::X_OK) {
-                if e.raw_os_error() == Some(libc::ENOSYS) {
-                    return None;
-                }
-                return refused(Blocked::Above { dir: dir.to_path_buf(), owner: owner_of(dir) });
-            }
+        // From `/` down: the first the kernel would stop at (already on the worker's thread:
+        // asked in place).
+        match unsearchable_above(&c.path, user) {
+            Ok(Some(dir)) => return refused(Blocked::Above { owner: owner_of(&dir), dir }),
+            Ok(None) => {}
+            Err(_) => return None,
         }
     }
     let mode = match c.need {
@@ -194,6 +190,28 @@ fn refusal(c: &Check, user: UserSpec) -> Option<Refusal> {
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => None,
         Err(_) => refused(Blocked::Zone { owner: rustix::fs::fstat(fd).ok().map(|st| Owner { uid: st.st_uid, gid: st.st_gid, mode: st.st_mode }) }),
     }
+}
+
+/// The first directory above `path`, from `/` down, that `user` may not search, as the
+/// kernel answers for the worker's ids (POSIX ACLs count, as they will for bwrap walking the
+/// path as the worker): `Ok(None)` when every one may be searched. An error when the kernel
+/// cannot be asked (no `faccessat2`, or the worker's identity cannot be taken): the caller
+/// falls back to its own reading.
+#[cfg(target_os = "linux")]
+pub fn unsearchable_above(path: &std::path::Path, user: UserSpec) -> std::io::Result<Option<PathBuf>> {
+    let mut above: Vec<&std::path::Path> = path.ancestors().skip(1).collect();
+    above.reverse();
+    as_worker(user, || {
+        for dir in above {
+            if let Err(e) = access_path(dir, libc::X_OK) {
+                if e.raw_os_error() == Some(libc::ENOSYS) {
+                    return Err(e);
+                }
+                return Ok(Some(dir.to_path_buf()));
+            }
+        }
+        Ok(None)
+    })?
 }
 
 #[cfg(target_os = "linux")]

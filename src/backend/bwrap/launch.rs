@@ -100,11 +100,19 @@ pub(super) fn prepare(plan: &LaunchPlan) -> Result<(&'static Located, Option<Run
 
 /// The first directory above `path` that `user` may not search (bwrap, running as the
 /// worker, resolves the path of each bound handle and checks the mount against it), with
-/// its mode and owner. Supplementary groups are ignored: the worker has none.
+/// its mode and owner. The kernel answers, as the worker (ACLs count: a 0700 directory whose
+/// ACL lets the worker search it is no obstacle); where it cannot be asked, the mode bits
+/// decide. Supplementary groups are ignored: the worker has none.
 fn unreachable_for(path: &Path, user: crate::plan::UserSpec) -> Option<(PathBuf, u32, u32)> {
     use std::os::unix::fs::MetadataExt;
     if user.uid == 0 {
         return None;
+    }
+    if let Ok(blocked) = crate::plan::access::unsearchable_above(path, user) {
+        return blocked.map(|dir| {
+            let (mode, owner) = std::fs::metadata(&dir).map(|m| (m.mode() & 0o7777, m.uid())).unwrap_or((0, 0));
+            (dir, mode, owner)
+        });
     }
     path.ancestors().skip(1).find_map(|dir| {
         let m = std::fs::metadata(dir).ok()?;
