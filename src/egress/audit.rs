@@ -266,3 +266,44 @@ impl Drop for Inner {
         self.ledger.connection(s, line);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refuse(ledger: &Arc<Ledger>, destination: &str) {
+        let r = Record::new(ledger.clone(), "127.0.0.1:1".parse().unwrap(), Activity::new());
+        r.protocol("connect");
+        r.destination(destination.into());
+        r.refused(&Refusal { kind: "unlisted", reason: format!("no allow entry covers {destination}") });
+    }
+
+    #[test]
+    fn repeats_are_counted_and_lines_capped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ledger = Arc::new(Ledger::new(Some(AuditLog::new(tmp.path(), "r1"))));
+        for _ in 0..5 {
+            refuse(&ledger, "api.example.com:443");
+        }
+        for i in 0..MAX_LINES + 10 {
+            refuse(&ledger, &format!("{i}{}:443", "a".repeat(60_000)));
+        }
+        let refused = ledger.close();
+        assert_eq!(refused.len(), MAX_TRACKED);
+        assert_eq!((refused[0].destination.as_str(), refused[0].count, refused[0].kind), ("api.example.com:443", 5, "unlisted"));
+        let events = crate::tools::audit::read_all(tmp.path()).unwrap();
+        let of = |name: &str| events.iter().filter(|e| e["event"] == name).collect::<Vec<_>>();
+        assert_eq!(of("egress").len(), MAX_LINES);
+        assert_eq!(of("egress").iter().filter(|e| e["destination"] == "api.example.com:443").count(), 1);
+        let repeated = of("egress_repeated");
+        assert_eq!((repeated.len(), &repeated[0]["count"]), (1, &json!(5)));
+        assert_eq!(of("egress_dropped")[0]["dropped"], 11);
+        let d = of("egress")[1]["destination"].as_str().unwrap();
+        assert!(d.len() <= FIELD_MAX + 20 && d.ends_with("…[cut 59805 bytes]"), "{d}");
+        // Closing again writes nothing more.
+        ledger.close();
+        assert_eq!(crate::tools::audit::read_all(tmp.path()).unwrap().len(), events.len());
+        let size = std::fs::metadata(crate::tools::audit::audit_path(tmp.path())).unwrap().len();
+        assert!(size < (MAX_LINES as u64 + 2) * 1024, "{size}");
+    }
+}
