@@ -194,6 +194,10 @@ mod child_body {
             stdout.contains(&format!("child-narrowed 403 workcell egress proxy refused other.test:{}", web.port())),
             "the child is refused what only its caller may reach: {said}"
         );
+        assert!(
+            stdout.contains(&format!("workcell: egress refused 1× http://other.test:{} (not in allow", web.port())),
+            "the child's refusal follows its stderr, which its caller reads: {said}"
+        );
         assert!(stdout.contains("caller-after hello /after"), "the caller still reaches other.test after the child: {said}");
         assert!(stdout.contains("caller-direct refused"), "the caller is still confined after the child's run ended: {said}");
         assert!(direct.accept().is_err(), "nothing reached the host port directly: {said}");

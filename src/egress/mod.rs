@@ -11,6 +11,7 @@
 //! `limits` (bounds and counters).
 
 mod audit;
+pub use audit::{Refused, FIELD_MAX, MAX_LINES, MAX_TRACKED};
 mod http;
 pub mod limits;
 pub mod local;
@@ -61,7 +62,7 @@ pub enum EgressError {
 pub(crate) struct Shared {
     policy: Arc<Policy>,
     consent: Option<resolve::Asker>,
-    log: Option<AuditLog>,
+    ledger: Arc<audit::Ledger>,
     counters: Arc<Counters>,
     slots: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
@@ -127,7 +128,15 @@ impl Proxy {
             })
             .map_err(EgressError::Thread)?;
         let handle = handle_rx.recv().map_err(|_| EgressError::Stopped)?.map_err(EgressError::Runtime)?;
-        let shared = Arc::new(Shared { policy, consent: consent.map(resolve::Asker::new), log, counters: Arc::default(), slots, stop: stop_rx, timeouts });
+        let shared = Arc::new(Shared {
+            policy,
+            consent: consent.map(resolve::Asker::new),
+            ledger: Arc::new(audit::Ledger::new(log)),
+            counters: Arc::default(),
+            slots,
+            stop: stop_rx,
+            timeouts,
+        });
         Ok(Proxy { shared, handle, stop, done: Some(done), thread: Some(thread) })
     }
 
@@ -152,6 +161,25 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// Stops the proxy (as dropping it does), writes the audit log's summary lines, and
+    /// returns the destinations the rules refused in this run, in the order first refused.
+    pub fn finish(mut self) -> Vec<Refused> {
+        self.stop_serving();
+        self.shared.ledger.close()
+    }
+
+    fn stop_serving(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(done) = self.done.take() {
+            let _ = done.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl EgressProxy for Proxy {
     fn serve(&self, listener: TcpListener, peers: Peers) -> Result<(), ServiceError> {
         self.serve_listener(listener, peers).map_err(|e| Box::new(e) as ServiceError)
@@ -160,13 +188,9 @@ impl EgressProxy for Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
-        if let Some(done) = self.done.take() {
-            let _ = done.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.stop_serving();
+        // Writes the summaries if `finish` did not.
+        let _ = self.shared.ledger.close();
     }
 }
 
@@ -201,7 +225,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, peers: Peers, shared: Ar
         if !admitted(peers, peer) {
             shared.counters.refused_peers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let activity = Activity::new();
-            let record = audit::Record::new(shared.log.clone(), peer, activity);
+            let record = audit::Record::new(shared.ledger.clone(), peer, activity);
             record.refused(&Refusal { kind: "peer", reason: format!("{peer} is outside the network this proxy serves") });
             drop(stream);
             continue;
@@ -217,7 +241,7 @@ async fn accept_loop(listener: tokio::net::TcpListener, peers: Peers, shared: Ar
 async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, shared: Arc<Shared>, lease: Arc<Lease>) {
     let _ = stream.set_nodelay(true);
     let activity = Activity::new();
-    let record = audit::Record::new(shared.log.clone(), peer, activity.clone());
+    let record = audit::Record::new(shared.ledger.clone(), peer, activity.clone());
     let mut stop = shared.stop.clone();
     let mut first = [0u8; 1];
     let peeked = tokio::select! {

@@ -7,6 +7,7 @@
 
 mod delivery;
 pub mod planted;
+pub mod refusals;
 
 use std::sync::{Arc, OnceLock};
 
@@ -250,7 +251,8 @@ impl Session {
         };
         let mut result = backend::run(self.selected, &self.plan, output, attached);
         // Stopped first, so that the lines of connections still open come before run_end.
-        drop(self.egress.take());
+        let refused = self.egress.take().map(Proxy::finish).unwrap_or_default();
+        refusals::tell(&refused, output, self.review.json, &mut result);
         // The worker is gone, however it ended: what it planted for the host to run goes
         // before anyone (the caller, the person) touches the zones again.
         let swept = planted::sweep(&self.plan);

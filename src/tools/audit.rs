@@ -8,6 +8,10 @@
 //! beneath a handle on the project directory taken when the [`AuditLog`] is made, with no
 //! symlink followed at `.workcell` or at `audit.jsonl`, and only a regular file with a
 //! single link is written to; anything else is refused with an error naming the path.
+//!
+//! Much of what is logged comes from a worker (paths, commands, names), so no string is
+//! written whole past [`FIELD_MAX`] bytes: it is cut and marked with how much was left out
+//! ([`cut`]), and one event cannot make the log grow by more than its fields allow.
 
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
@@ -24,6 +28,42 @@ const FILE_NAME: &str = "audit.jsonl";
 /// Where the audit log of a project lives.
 pub fn audit_path(project_dir: &Path) -> PathBuf {
     project_dir.join(DIR_NAME).join(FILE_NAME)
+}
+
+/// The most of one string field written by [`AuditLog::record`], counted as it is written in
+/// JSON (an escaped control character counts six); the rest is cut.
+pub const FIELD_MAX: usize = 4096;
+
+/// `s` cut to at most about `max` bytes of JSON, marked `…[cut N bytes]` when it was longer.
+/// Counts a character as its JSON width, so that escapes cannot multiply the bound.
+pub fn cut(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    let width = |c: char| match c {
+        '"' | '\\' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    };
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        used += width(c);
+        if used > max {
+            return format!("{}…[cut {} bytes]", &s[..i], s.len() - i).into();
+        }
+    }
+    s.into()
+}
+
+/// Every string in `value` cut to `max` (see [`cut`]).
+pub fn cut_strings(value: &mut serde_json::Value, max: usize) {
+    match value {
+        serde_json::Value::String(s) => {
+            if let std::borrow::Cow::Owned(c) = cut(s, max) {
+                *s = c;
+            }
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|v| cut_strings(v, max)),
+        serde_json::Value::Object(o) => o.values_mut().for_each(|v| cut_strings(v, max)),
+        _ => {}
+    }
 }
 
 /// An appender for one project's audit log.
@@ -66,9 +106,11 @@ impl AuditLog {
         &self.path
     }
 
-    /// Appends one event. Failing to audit is reported to the caller: an operation that
-    /// cannot be recorded should not proceed silently.
+    /// Appends one event, every string in it cut to [`FIELD_MAX`]. Failing to audit is
+    /// reported to the caller: an operation that cannot be recorded should not proceed silently.
     pub fn record<T: Serialize>(&self, event: &str, data: T) -> std::io::Result<()> {
+        let mut data = serde_json::to_value(data).map_err(std::io::Error::other)?;
+        cut_strings(&mut data, FIELD_MAX);
         let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as f64 / 1000.0).unwrap_or(0.0);
         let mut line = serde_json::to_vec(&Line { ts, run_id: &self.run_id, event, data }).map_err(std::io::Error::other)?;
         line.push(b'\n');
@@ -186,6 +228,23 @@ mod tests {
         assert_eq!(events.len(), 2);
         assert_eq!(events[0]["event"], "a");
         assert_eq!(events[0]["x"], 1);
+    }
+
+    #[test]
+    fn long_strings_are_cut_and_marked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let long = "x".repeat(60_000);
+        log_in(tmp.path()).record("a", serde_json::json!({"path": long, "list": [long.clone()], "short": "ok"})).unwrap();
+        let events = read_all(tmp.path()).unwrap();
+        let path = events[0]["path"].as_str().unwrap();
+        assert!(path.len() < FIELD_MAX + 32 && path.ends_with(&format!("…[cut {} bytes]", 60_000 - FIELD_MAX)), "{}", &path[path.len() - 40..]);
+        assert_eq!(events[0]["list"][0], path);
+        assert_eq!(events[0]["short"], "ok");
+        // Escapes count at their written width.
+        assert!(cut(&"\u{1}".repeat(100), 60).starts_with(&"\u{1}".repeat(10)));
+        assert_eq!(cut(&"\u{1}".repeat(100), 60).chars().filter(|c| *c == '\u{1}').count(), 10);
+        let total = std::fs::metadata(audit_path(tmp.path())).unwrap().len();
+        assert!(total < 3 * FIELD_MAX as u64, "{total}");
     }
 
     #[test]
