@@ -16,6 +16,8 @@ use tokio::net::TcpStream;
 
 use super::audit::Record;
 use super::limits::{Activity, Lease, Metered, Side, MAX_HEAD_BYTES};
+use super::pin::Pin;
+use super::policy::Host;
 use super::resolve::{self, Refusal};
 use super::Shared;
 
@@ -60,17 +62,17 @@ async fn connect(req: Request<Incoming>, shared: Arc<Shared>, record: Record, ac
         record.malformed("CONNECT without a port");
         return text(StatusCode::BAD_REQUEST, "workcell egress proxy: CONNECT needs host:port\n".into());
     };
-    let opened = match destination(&shared, &record, authority.host(), port).await {
+    let (opened, host) = match destination(&shared, &record, authority.host(), port).await {
         Ok(o) => o,
         Err(response) => return response,
     };
     tokio::spawn(async move {
         let _lease = lease;
-        let mut upstream = Metered::new(opened.stream, activity.clone(), Side::Destination);
+        let upstream = Metered::new(opened.stream, activity.clone(), Side::Destination);
         match hyper::upgrade::on(req).await {
             Ok(upgraded) => {
-                let mut client = TokioIo::new(upgraded);
-                super::tunnel(&mut client, &mut upstream, &activity, &shared, &record).await;
+                let pin = Pin { host, port };
+                super::tunnel(TokioIo::new(upgraded), upstream, &pin, &activity, &shared, &record).await;
             }
             Err(e) => record.ended(format!("the tunnel did not open: {e}")),
         }
@@ -104,7 +106,7 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>, record: Record
         return text(StatusCode::BAD_REQUEST, "workcell egress proxy: the request names no host\n".into());
     };
     let port = authority.port_u16().unwrap_or(80);
-    let opened = match destination(&shared, &record, authority.host(), port).await {
+    let (opened, _) = match destination(&shared, &record, authority.host(), port).await {
         Ok(o) => o,
         Err(response) => return response,
     };
@@ -112,6 +114,7 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>, record: Record
     let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     *req.uri_mut() = path.parse().unwrap_or_else(|_| hyper::Uri::from_static("/"));
     strip_hop_by_hop(req.headers_mut());
+    strip_forwarding(req.headers_mut());
     req.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     // The Host the destination sees is the one judged: a different one could reach another
     // site served from the same address (a CDN's), which no rule allowed.
@@ -157,17 +160,17 @@ async fn forward(mut req: Request<Incoming>, shared: Arc<Shared>, record: Record
 
 /// Judges and connects; on refusal, the answer to send (403 with the reason and the rules,
 /// or 502 when the destination failed).
-async fn destination(shared: &Shared, record: &Record, host: &str, port: u16) -> Result<resolve::Opened, Response<Body>> {
+async fn destination(shared: &Shared, record: &Record, host: &str, port: u16) -> Result<(resolve::Opened, Host), Response<Body>> {
     let asked = format!("{host}:{port}");
     record.destination(asked.clone());
     let result = match resolve::parse_host(host) {
-        Ok(h) => resolve::open(&shared.policy, shared.consent.as_ref(), &h, port).await,
+        Ok(h) => resolve::open(&shared.policy, shared.consent.as_ref(), &h, port).await.map(|o| (o, h)),
         Err(r) => Err(r),
     };
     match result {
-        Ok(opened) => {
+        Ok((opened, host)) => {
             record.allowed(opened.address, opened.rule.clone());
-            Ok(opened)
+            Ok((opened, host))
         }
         Err(refusal) => {
             record.refused(&refusal);
@@ -197,6 +200,16 @@ fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
         }
     }
     for name in ["connection", "proxy-connection", "keep-alive", "proxy-authorization", "proxy-authenticate", "te", "trailer", "upgrade"] {
+        headers.remove(name);
+    }
+}
+
+/// `Forwarded` and `X-Forwarded-*`: a worker's claims about where the request came from or
+/// which site it is for, which a destination behind a CDN or load balancer may believe over
+/// the `Host` that was judged.
+fn strip_forwarding(headers: &mut hyper::HeaderMap) {
+    let names: Vec<header::HeaderName> = headers.keys().filter(|n| n.as_str() == "forwarded" || n.as_str().starts_with("x-forwarded-")).cloned().collect();
+    for name in names {
         headers.remove(name);
     }
 }

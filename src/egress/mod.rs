@@ -7,7 +7,8 @@
 //! [`Proxy`] is dropped (at the end of the run's session).
 //!
 //! Modules by job: `rules` (one entry), `policy` (rule layers, verdicts, narrowing),
-//! `resolve` (judge, resolve, refuse special answers, connect), `http`, `socks5`, `audit`,
+//! `resolve` (judge, resolve, refuse special answers, connect), `http`, `socks5`, `pin` (a
+//! tunnel's first bytes name the judged host), `audit`,
 //! `limits` (bounds and counters).
 
 mod audit;
@@ -15,6 +16,7 @@ pub use audit::{Refused, FIELD_MAX, MAX_LINES, MAX_TRACKED};
 mod http;
 pub mod limits;
 pub mod local;
+mod pin;
 pub mod policy;
 pub mod resolve;
 pub mod rules;
@@ -272,15 +274,38 @@ async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, shared: Arc
 }
 
 /// Bytes both ways between the worker and the destination until either closes, nothing
-/// moves for the idle limit, or the run ends.
-pub(crate) async fn tunnel<C, D>(client: &mut C, upstream: &mut D, activity: &Activity, shared: &Shared, record: &audit::Record)
+/// moves for the idle limit, or the run ends. The worker's first bytes are held back until
+/// [`pin::check`] has read them (the destination's are relayed meanwhile, for protocols where
+/// the server speaks first); a tunnel they do not match is closed and recorded as refused.
+pub(crate) async fn tunnel<C, D>(client: C, upstream: D, pin: &pin::Pin, activity: &Activity, shared: &Shared, record: &audit::Record)
 where
     C: AsyncRead + AsyncWrite + Unpin,
     D: AsyncRead + AsyncWrite + Unpin,
 {
+    use tokio::io::AsyncWriteExt;
+    enum End {
+        Refused(String),
+        Broken(std::io::Error),
+    }
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut upstream_read, mut upstream_write) = tokio::io::split(upstream);
+    let up = async {
+        let first = pin::check(&mut client_read, pin, &shared.policy, shared.timeouts.head).await.map_err(End::Refused)?;
+        upstream_write.write_all(&first).await.map_err(End::Broken)?;
+        tokio::io::copy(&mut client_read, &mut upstream_write).await.map_err(End::Broken)?;
+        upstream_write.shutdown().await.map_err(End::Broken)
+    };
+    let down = async {
+        tokio::io::copy(&mut upstream_read, &mut client_write).await.map_err(End::Broken)?;
+        client_write.shutdown().await.map_err(End::Broken)
+    };
     let mut stop = shared.stop.clone();
     tokio::select! {
-        r = tokio::io::copy_bidirectional(client, upstream) => if let Err(e) = r { record.ended(format!("the tunnel ended with an error: {e}")) },
+        r = async { tokio::try_join!(up, down) } => match r {
+            Ok(_) => {}
+            Err(End::Refused(why)) => record.refused(&Refusal { kind: "pinned", reason: why }),
+            Err(End::Broken(e)) => record.ended(format!("the tunnel ended with an error: {e}")),
+        },
         _ = activity.idle(shared.timeouts.idle) => record.ended(format!("closed after {} s without traffic", shared.timeouts.idle.as_secs())),
         _ = stop.changed() => record.ended("the run ended"),
     }

@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 use super::audit::Record;
 use super::limits::{Activity, Metered, Side};
+use super::pin::Pin;
 use super::policy::Host;
 use super::resolve::{self, Refusal};
 use super::Shared;
@@ -53,10 +54,15 @@ pub async fn serve(mut client: Metered<TcpStream>, shared: Arc<Shared>, record: 
         Err(_) => format!("(invalid name):{port}"),
     };
     record.destination(asked.clone());
-    let result = match host {
-        Ok(h) => resolve::open(&shared.policy, shared.consent.as_ref(), &h, port).await,
-        Err(r) => Err(r),
+    let host = match host {
+        Ok(h) => h,
+        Err(refusal) => {
+            record.refused(&refusal);
+            let _ = reply(&mut client, NOT_ALLOWED).await;
+            return;
+        }
     };
+    let result = resolve::open(&shared.policy, shared.consent.as_ref(), &host, port).await;
     let opened = match result {
         Ok(o) => o,
         Err(refusal) => {
@@ -72,8 +78,9 @@ pub async fn serve(mut client: Metered<TcpStream>, shared: Arc<Shared>, record: 
         record.ended("the client went away before the tunnel opened");
         return;
     }
-    let mut upstream = Metered::new(opened.stream, activity.clone(), Side::Destination);
-    super::tunnel(&mut client, &mut upstream, &activity, &shared, &record).await;
+    let upstream = Metered::new(opened.stream, activity.clone(), Side::Destination);
+    let pin = Pin { host, port };
+    super::tunnel(client, upstream, &pin, &activity, &shared, &record).await;
 }
 
 /// Reads the greeting and the request; answers the greeting.

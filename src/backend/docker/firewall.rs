@@ -12,7 +12,9 @@
 //!
 //! and one at the top of `FORWARD`: anything routed from the bridge is rejected. Docker's own
 //! isolation of internal networks already drops it; the rule makes a tool that tries fail at
-//! once instead of hanging, and holds should Docker's rules be missing.
+//! once instead of hanging. It is not a second wall: Docker re-inserts its own `FORWARD` jumps
+//! above it whenever a network is created later, so what keeps routed traffic in is Docker's
+//! isolation of internal networks.
 //!
 //! Every rule carries the comment `workcell:NAME` (NAME is the run's container and network),
 //! by which the run, its watchdog and `workcell gc` find and remove them. Changing the
