@@ -181,11 +181,15 @@ fn connect_with_another_sni_is_closed_and_audited() {
     assert_eq!(line["verdict"], "refused", "{line}");
     let reason = line["reason"].as_str().unwrap();
     assert!(reason.starts_with("pinned:") && reason.contains("SNI") && reason.contains("refused.test"), "{line}");
+    // Each case on a proxy of its own: repeated refusals of one destination in a run are
+    // counted, not written again (the audit's bound).
     // Another allowed name is still another name: the tunnel was judged for allowed.test.
+    let f = start();
     let mut s = tunnel(&f, "allowed.test");
     s.write_all(&hello(Some("also.test"), 1000)).unwrap();
     assert_eq!(closed(&f, &mut s)["verdict"], "refused");
     // No SNI at all, to a name.
+    let f = start();
     let mut s = tunnel(&f, "allowed.test");
     s.write_all(&hello(None, 1000)).unwrap();
     assert_eq!(closed(&f, &mut s)["verdict"], "refused");
@@ -226,7 +230,9 @@ fn connect_with_another_host_is_closed() {
     let line = closed(&f, &mut s);
     assert_eq!(line["verdict"], "refused", "{line}");
     assert!(line["reason"].as_str().unwrap().contains("Host header names refused.test"), "{line}");
-    // An absolute-form target overrides Host at many servers: it must match too.
+    // An absolute-form target overrides Host at many servers: it must match too (on a proxy
+    // of its own: a repeated refusal of one destination is counted, not written again).
+    let f = start();
     let mut s = tunnel(&f, "allowed.test");
     s.write_all(b"GET http://refused.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n").unwrap();
     assert_eq!(closed(&f, &mut s)["verdict"], "refused");
@@ -244,6 +250,7 @@ fn socks5_with_another_host_is_closed() {
     s.write_all(b"GET / HTTP/1.1\r\nHost: refused.test\r\n\r\n").unwrap();
     let line = closed(&f, &mut s);
     assert_eq!((line["verdict"].as_str(), line["protocol"].as_str()), (Some("refused"), Some("socks5")), "{line}");
+    let f = start();
     let mut s = socks(&f, "allowed.test");
     s.write_all(&hello(Some("refused.test"), 1000)).unwrap();
     assert_eq!(closed(&f, &mut s)["verdict"], "refused");
