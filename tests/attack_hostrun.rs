@@ -283,23 +283,7 @@ os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
     }
 }
 
-macro_rules! backend_suite {
-    ($module:ident, $backend:literal, [$($test:ident),* $(,)?]) => {
-        mod $module {
-            use super::*;
-            $(
-                #[test]
-                fn $test() {
-                    if support::backend_ready($backend) {
-                        body::$test($backend);
-                    }
-                }
-            )*
-        }
-    };
-}
-
-backend_suite!(
+support::backend_suite!(
     bwrap,
     "bwrap",
     [
@@ -311,7 +295,7 @@ backend_suite!(
         files_a_protected_config_includes
     ]
 );
-backend_suite!(
+support::backend_suite!(
     docker,
     "docker",
     [
