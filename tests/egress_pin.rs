@@ -236,6 +236,11 @@ fn connect_with_another_host_is_closed() {
     let mut s = tunnel(&f, "allowed.test");
     s.write_all(b"GET http://refused.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n").unwrap();
     assert_eq!(closed(&f, &mut s)["verdict"], "refused");
+    // Empty lines before the request line, which servers skip, and a lower-case method.
+    let f = start();
+    let mut s = tunnel(&f, "allowed.test");
+    s.write_all(b"\r\n\r\nget / HTTP/1.1\r\nHost: refused.test\r\n\r\n").unwrap();
+    assert_eq!(closed(&f, &mut s)["verdict"], "refused");
     // The judged host, port folded, passes.
     let mut s = tunnel(&f, "allowed.test");
     let req = format!("GET / HTTP/1.1\r\nHost: Allowed.Test:{}\r\n\r\n", f.server.port());

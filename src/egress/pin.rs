@@ -131,15 +131,31 @@ fn strip_port(text: &str) -> &str {
 /// What `buf` is, `None` while more bytes are needed to tell, `Err` for a hello or head that
 /// cannot be read (the tunnel closes rather than pass something the check did not understand).
 fn classify(buf: &[u8]) -> Result<Option<First>, String> {
-    match buf.first() {
+    // Servers skip empty lines before a request line (RFC 9112, 2.2): so does the check, or a
+    // leading CRLF would pass a request as opaque bytes.
+    let start = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
+    let rest = &buf[start..];
+    match rest.first() {
         None => Ok(None),
         // A TLS handshake record.
-        Some(0x16) => client_hello(buf).map(|o| o.map(First::Tls)),
-        Some(b) if b.is_ascii_uppercase() => {
-            let method = buf.iter().take_while(|b| b.is_ascii_uppercase()).count();
-            match buf.get(method) {
+        Some(0x16) if start == 0 => client_hello(buf).map(|o| o.map(First::Tls)),
+        // A method (some servers take it in any case), a space, and once the line is whole,
+        // an HTTP version at its end; a line without one (`EHLO x`, `USER x`) is another
+        // protocol's.
+        Some(b) if b.is_ascii_alphabetic() => {
+            let method = rest.iter().take_while(|b| b.is_ascii_alphabetic()).count();
+            match rest.get(method) {
                 None if method <= MAX_METHOD => Ok(None),
-                Some(b' ') if method <= MAX_METHOD => http_head(buf),
+                Some(b' ') if method <= MAX_METHOD => {
+                    let Some(eol) = rest.iter().position(|b| *b == b'\n') else { return Ok(None) };
+                    let line = rest[..eol].strip_suffix(b"\r").unwrap_or(&rest[..eol]);
+                    let version = line.rsplit(|b| *b == b' ').next().unwrap_or_default();
+                    if version.len() >= 5 && version[..5].eq_ignore_ascii_case(b"HTTP/") {
+                        http_head(rest)
+                    } else {
+                        Ok(Some(First::Opaque))
+                    }
+                }
                 _ => Ok(Some(First::Opaque)),
             }
         }
@@ -323,6 +339,10 @@ mod tests {
         assert_eq!(classify(b"SSH-2.0-OpenSSH_9.6\r\n"), Ok(Some(First::Opaque)));
         assert_eq!(classify(b"\x00\x01binary"), Ok(Some(First::Opaque)));
         assert!(classify(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").is_err());
+        // Empty lines before the request line, and a method in lower case, are still HTTP.
+        assert_eq!(classify(b"\r\n\r\nget / HTTP/1.1\r\nHost: b.test\r\n\r\n"), Ok(Some(First::Http { host: Some("b.test".into()), target: None })));
+        // A line without an HTTP version is another protocol's (SMTP, FTP).
+        assert_eq!(classify(b"EHLO client.test\r\n"), Ok(Some(First::Opaque)));
     }
 
     #[test]
