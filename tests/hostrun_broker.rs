@@ -28,16 +28,7 @@ struct Repo {
     marker: PathBuf,
 }
 
-fn git(dir: &Path, args: &[&str]) -> std::process::Output {
-    // `safe.directory`: the repository belongs to the test worker's uid, git runs as root.
-    Command::new("git")
-        .args(["-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .expect("git runs")
-}
+use support::host_git as git;
 
 impl Repo {
     fn new() -> Repo {

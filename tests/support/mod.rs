@@ -310,3 +310,16 @@ macro_rules! backend_suite {
 }
 #[allow(unused_imports)]
 pub(crate) use backend_suite;
+
+/// The host's own git in `dir` as root, with an identity and `safe.directory` (the repository
+/// belongs to the test worker's uid) and no system configuration.
+#[allow(dead_code)]
+pub fn host_git(dir: &Path, args: &[&str]) -> std::process::Output {
+    StdCommand::new("git")
+        .args(["-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .expect("git runs")
+}
