@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 use workcell::delivery::collect::{collect_tar, Staging};
+use workcell::delivery::summary::{FileItem, Listed};
 use workcell::delivery::{baseline, publish, DeliveryError, Policy, Reason, Summary};
 use workcell::plan::UserSpec;
 
@@ -79,9 +80,8 @@ fn deliver(f: &Fixture, archive: &[u8]) -> Result<Summary, DeliveryError> {
     let copy = baseline::copy_in(&zone, "zone", me())?;
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(archive, &policy(), &mut staging)?;
-    let mut changes = publish::diff("zone", &zone, &copy.baseline, &collected);
-    changes.publish(&zone, &staging)?;
-    Ok(changes.summary)
+    let changes = publish::diff("zone", &zone, &copy.baseline, &collected);
+    Ok(changes.publish(&zone, &staging))
 }
 
 /// Every entry beneath `dir`, with its kind and content, links not followed.
@@ -133,6 +133,10 @@ fn assert_contained(f: &Fixture, before_outside: &[(String, String)]) {
     }
 }
 
+fn files(l: &Listed<FileItem>) -> Vec<&str> {
+    l.iter().map(|f| f.path.as_str()).collect()
+}
+
 fn refused(s: &Summary, path: &str) -> Option<Reason> {
     s.refused.iter().find(|r| r.path == path).map(|r| r.reason.clone())
 }
@@ -170,10 +174,10 @@ fn hand_built_hostile_archives_stay_inside_the_zone() {
     let s = deliver(&f, &end(a)).unwrap();
     eprintln!("{}", s.text());
     assert_contained(&f, &outside);
-    assert_eq!(s.added, ["ok.md", "suid.md"], "{s:?}");
+    assert_eq!(files(&s.added), ["ok.md", "suid.md"], "{s:?}");
     assert_eq!(fs::read(f.zone.join("ok.md")).unwrap(), b"fine");
     assert!(fs::symlink_metadata(f.zone.join("d")).unwrap().is_dir(), "d is a directory, not a link");
-    assert_eq!(s.bits_dropped, ["suid.md"]);
+    assert_eq!(s.bits_dropped.shown(), ["suid.md"]);
     for (path, reason) in [
         ("out", Reason::Symlink),
         ("out/s.txt", Reason::BeneathRefused),
@@ -193,7 +197,7 @@ fn hand_built_hostile_archives_stay_inside_the_zone() {
     // Through the host's link: the name is fine, the host's link is not followed.
     // Beneath a host file: the host keeps its file.
     for c in ["esc/through.md", "keep.md/inner.md"] {
-        assert!(s.conflicts.contains(&c.to_string()), "{c}: {s:?}");
+        assert!(s.conflicts.shown().contains(&c.to_string()), "{c}: {s:?}");
     }
     assert_eq!(fs::read(f.zone.join("keep.md")).unwrap(), b"keep");
     assert!(!f.zone.join("dup.md").exists());
@@ -234,11 +238,9 @@ fn deletions_and_host_changes() {
     fs::write(f.zone.join("keep.md"), "host edit").unwrap();
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(&a[..], &policy(), &mut staging).unwrap();
-    let mut changes = publish::diff("zone", &zone, &copy.baseline, &collected);
-    changes.publish(&zone, &staging).unwrap();
-    let s = changes.summary;
-    assert_eq!(s.conflicts, ["keep.md"], "{s:?}");
-    assert_eq!(s.deleted, ["sub/k.md"], "{s:?}");
+    let s = publish::diff("zone", &zone, &copy.baseline, &collected).publish(&zone, &staging);
+    assert_eq!(s.conflicts.shown(), ["keep.md"], "{s:?}");
+    assert_eq!(s.deleted.shown(), ["sub/k.md"], "{s:?}");
     assert_eq!(fs::read_to_string(f.zone.join("keep.md")).unwrap(), "host edit", "a host change was overwritten");
     assert!(!f.zone.join("sub/k.md").exists());
     assert!(f.zone.join("sub").is_dir());
@@ -307,7 +309,7 @@ proptest! {
         let before = tree(&f.zone);
         match deliver(&f, &archive) {
             Ok(s) => {
-                for p in s.added.iter().chain(&s.changed) {
+                for p in s.added.iter().chain(s.changed.iter()).map(|f| &f.path) {
                     prop_assert!(f.zone.join(p).is_file(), "{p} reported published but is not a file");
                 }
             }
@@ -333,7 +335,7 @@ fn the_walker_reports_what_each_entry_is() {
     let dir = fs::File::open(d).unwrap();
     let mut staging = Staging::new().unwrap();
     let c = workcell::delivery::walk::collect_dir(&dir, &policy(), &mut staging).unwrap();
-    let refused: Vec<(String, Reason)> = c.refusals().into_iter().map(|r| (r.path, r.reason)).collect();
+    let refused: Vec<(String, Reason)> = c.refusals().iter().map(|r| (r.path.clone(), r.reason.clone())).collect();
     assert_eq!(
         refused,
         [

@@ -166,7 +166,7 @@ mod body {
         assert!(stderr.contains("not copied: 2 files or directories the worker cannot read: private/, secret.txt"), "{stderr}");
         let sum = summary(&out);
         assert_eq!(sum["not_copied"], json!(["private/", "secret.txt"]), "{sum}");
-        assert_eq!(sum["not_copied_total"], 2);
+        assert_eq!(sum["counts"]["not_copied"], 2);
         let refused: Vec<(&str, &str)> =
             sum["refused"].as_array().expect("refused").iter().map(|r| (r["path"].as_str().unwrap(), r["reason"].as_str().unwrap())).collect();
         for p in ["secret.txt", "private/inner.txt"] {

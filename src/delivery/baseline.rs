@@ -59,6 +59,15 @@ impl Baseline {
     pub fn beneath_not_copied(&self, path: &[String]) -> bool {
         (0..=path.len()).any(|n| self.not_copied.contains_key(&path[..n]))
     }
+
+    /// What was not copied, for a summary (directories end in `/`, the zone itself is `./`).
+    pub fn not_copied_names(&self) -> super::summary::Names {
+        let mut out = super::summary::Names::default();
+        for (p, dir) in &self.not_copied {
+            out.name(&if p.is_empty() { "./".into() } else { format!("{}{}", p.join("/"), if *dir { "/" } else { "" }) });
+        }
+        out
+    }
 }
 
 /// A zone's private copy: removed when dropped.

@@ -9,7 +9,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use rustix::fs::{Mode, OFlags};
 use sha2::{Digest, Sha256};
 
-use super::{name, DeliveryError, Policy, Reason, Refusal};
+use super::summary::{Listed, Refusal};
+use super::{name, DeliveryError, Policy, Reason};
 
 /// A private directory (mode 0700, owned by workcell's user) holding accepted contents by
 /// number until they are published; removed when dropped.
@@ -70,8 +71,9 @@ pub struct Collected {
     pub dirs: BTreeSet<Vec<String>>,
     /// Refused entries with a valid name: their host paths are left as they are.
     pub refused: BTreeMap<Vec<String>, Reason>,
-    /// Entries whose very name is refused.
-    pub bad_names: Vec<Refusal>,
+    /// Entries whose very name is refused (at most [`super::summary::SHOWN`] kept, escaped
+    /// and cut: such a name can be 17 KB long).
+    pub bad_names: Listed<Refusal>,
 }
 
 impl Collected {
@@ -80,10 +82,18 @@ impl Collected {
         (1..=path.len()).any(|n| self.refused.contains_key(&path[..n]))
     }
 
-    /// Every refusal, for the summary.
-    pub fn refusals(&self) -> Vec<Refusal> {
-        let mut out: Vec<Refusal> = self.refused.iter().map(|(p, r)| Refusal { path: p.join("/"), reason: r.clone() }).collect();
-        out.extend(self.bad_names.iter().cloned());
+    /// Every refusal, bounded for the summary.
+    pub fn refusals(&self) -> Listed<Refusal> {
+        let mut out = Listed::default();
+        for (p, r) in &self.refused {
+            out.refuse(&p.join("/"), r.clone());
+        }
+        for r in self.bad_names.iter() {
+            out.push(r.clone());
+        }
+        for _ in self.bad_names.shown().len()..self.bad_names.total() {
+            out.count();
+        }
         out
     }
 
@@ -145,7 +155,7 @@ pub fn collect_tar<R: Read>(input: R, policy: &Policy, staging: &mut Staging) ->
         let path = match name::components(&raw) {
             Ok(p) => p,
             Err(detail) => {
-                out.bad_names.push(Refusal { path: crate::term::escape(&String::from_utf8_lossy(&raw)).into_owned(), reason: Reason::BadName { detail } });
+                out.bad_names.refuse(&String::from_utf8_lossy(&raw), Reason::BadName { detail });
                 continue;
             }
         };

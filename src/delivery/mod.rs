@@ -14,7 +14,11 @@ pub mod baseline;
 pub mod collect;
 pub mod name;
 pub mod publish;
+pub mod summary;
+mod swap;
 pub mod walk;
+
+pub use summary::{Refusal, Status, Summary};
 
 use serde::Serialize;
 
@@ -105,116 +109,6 @@ impl std::fmt::Display for Reason {
             }
             Reason::NotCopied => f.write_str("the host has an entry here the worker's user cannot read, so it was not copied; it is left as the host has it"),
         }
-    }
-}
-
-/// One refused entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Refusal {
-    /// The name as the worker wrote it, escaped for display.
-    pub path: String,
-    #[serde(flatten)]
-    pub reason: Reason,
-}
-
-/// What one copy-delivered zone's publish did (or would do).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct Summary {
-    pub zone: String,
-    pub added: Vec<String>,
-    pub changed: Vec<String>,
-    pub deleted: Vec<String>,
-    pub refused: Vec<Refusal>,
-    /// Files the worker changed that also changed on the host during the run: left as the
-    /// host has them.
-    pub conflicts: Vec<String>,
-    /// Files published without the set-uid, set-gid or sticky bit the worker gave them.
-    pub bits_dropped: Vec<String>,
-    /// What the worker's user could not read when the copy was taken, so it was not copied
-    /// (and is never deleted or overwritten on publish): at most [`NOT_COPIED_SHOWN`]
-    /// names, directories ending in `/`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub not_copied: Vec<String>,
-    /// How many entries were not copied in all.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub not_copied_total: usize,
-    /// True once the accepted changes are on the host.
-    pub published: bool,
-    /// Why nothing was published, when nothing was.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub withheld: Option<String>,
-}
-
-/// Names of entries not copied that a summary lists; the rest are counted.
-pub const NOT_COPIED_SHOWN: usize = 20;
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-impl Summary {
-    /// Records what `baseline` did not copy because the worker's user cannot read it.
-    pub fn set_not_copied(&mut self, baseline: &baseline::Baseline) {
-        self.not_copied_total = baseline.not_copied.len();
-        self.not_copied = baseline
-            .not_copied
-            .iter()
-            .take(NOT_COPIED_SHOWN)
-            .map(|(p, dir)| if p.is_empty() { "./".into() } else { format!("{}{}", p.join("/"), if *dir { "/" } else { "" }) })
-            .collect();
-    }
-
-    /// `not copied: 2 files the worker cannot read: a, b/`, when anything was not copied.
-    pub fn not_copied_line(&self) -> Option<String> {
-        if self.not_copied_total == 0 {
-            return None;
-        }
-        let n = self.not_copied_total;
-        let what = if self.not_copied.iter().any(|p| p.ends_with('/')) { "files or directories" } else { "files" };
-        let names: Vec<String> = self.not_copied.iter().map(|p| crate::term::escape(p).into_owned()).collect();
-        let more = n.saturating_sub(self.not_copied.len());
-        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-        Some(format!("not copied: {n} {what} the worker cannot read: {}{more}", names.join(", ")))
-    }
-
-    /// True when publishing would change nothing on the host.
-    pub fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.changed.is_empty() && self.deleted.is_empty()
-    }
-
-    /// The summary as a person reads it (names escaped: they come from the worker).
-    pub fn text(&self) -> String {
-        use std::fmt::Write;
-        let e = crate::term::escape;
-        let mut s = format!("workcell: delivery of zone {}:", e(&self.zone));
-        for (label, list) in [("added", &self.added), ("changed", &self.changed), ("deleted", &self.deleted)] {
-            for p in list {
-                let _ = write!(s, "\n  {label:<9} {}", e(p));
-            }
-        }
-        for p in &self.conflicts {
-            let _ = write!(s, "\n  conflict  {} (changed on the host during the run; left as the host has it)", e(p));
-        }
-        for p in &self.bits_dropped {
-            let _ = write!(s, "\n  mode      {} (set-uid/set-gid/sticky bit dropped)", e(p));
-        }
-        for r in &self.refused {
-            let _ = write!(s, "\n  refused   {}: {}", e(&r.path), r.reason);
-        }
-        if let Some(line) = self.not_copied_line() {
-            let _ = write!(s, "\n  {line}");
-        }
-        if self.is_empty() && self.refused.is_empty() && self.conflicts.is_empty() {
-            s.push_str("\n  no changes");
-        }
-        match (&self.withheld, self.published) {
-            (Some(why), _) => {
-                let _ = write!(s, "\n  nothing published: {why}");
-            }
-            (None, true) => s.push_str("\n  published"),
-            (None, false) => {}
-        }
-        s
     }
 }
 

@@ -25,6 +25,10 @@ pub fn components(raw: &[u8]) -> Result<Vec<String>, &'static str> {
     if text.chars().any(|c| c.is_control()) {
         return Err("control character");
     }
+    // Bidirectional overrides and zero-width characters make a name read as another one.
+    if text.chars().any(|c| c != '\\' && crate::term::needs_escape(c)) {
+        return Err("a format character (bidirectional control, zero-width or line separator)");
+    }
     let mut out = Vec::new();
     for part in text.split('/') {
         match part {
@@ -59,7 +63,22 @@ mod tests {
 
     #[test]
     fn escapes_and_oddities_are_refused() {
-        for bad in [&b"/etc/passwd"[..], b"../x", b"a/../../x", b"./a", b"a//b", b"a/./b", b"", b"/", b"a\nb", b"a\0b", b"\xff", b"a//"] {
+        for bad in [
+            &b"/etc/passwd"[..],
+            b"../x",
+            b"a/../../x",
+            b"./a",
+            b"a//b",
+            b"a/./b",
+            b"",
+            b"/",
+            b"a\nb",
+            "txt\u{202e}exe.md".as_bytes(),
+            "a\u{200b}b".as_bytes(),
+            b"a\0b",
+            b"\xff",
+            b"a//",
+        ] {
             assert!(components(bad).is_err(), "{bad:?}");
         }
         assert!(components(&[b'a'; 256]).is_err());

@@ -5,25 +5,51 @@
 //! that is no longer what the copy was taken from is a conflict, left as it is.
 
 use std::ffi::CString;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, Mode, OFlags, Stat};
 
 use super::baseline::Baseline;
 use super::collect::{Collected, FileOut, Staging};
+use super::summary::{Listed, Names, Refusal, Status, Summary};
+use super::swap::{self, Outcome};
 use super::walk::open_dir;
-use super::{DeliveryError, Reason, Refusal, Summary};
+use super::Reason;
 use crate::hostrun::{Kind, Protection};
 
-/// What a publish will do, and its summary.
+/// One change a publish would make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Add,
+    Change,
+    Delete,
+    MakeDir,
+    RemoveDir,
+}
+
+/// One change, as a review goes through them.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub op: Op,
+    pub path: &'a [String],
+    /// The staged content of an added or changed file.
+    pub file: Option<&'a FileOut>,
+}
+
+/// What a publish will do: every change by its full name (the summary keeps a bounded
+/// sample of names; these lists are what is written).
 #[derive(Debug, Default)]
 pub struct Changes {
-    pub summary: Summary,
+    zone: String,
     writes: Vec<(Vec<String>, FileOut)>,
     mkdirs: Vec<Vec<String>>,
     deletes: Vec<Vec<String>>,
     rmdirs: Vec<Vec<String>>,
+    conflicts: Names,
+    refused: Listed<Refusal>,
+    declined: Names,
+    not_copied: Names,
     baseline: Baseline,
 }
 
@@ -73,13 +99,12 @@ fn host_state(zone: BorrowedFd<'_>, path: &[String]) -> io::Result<Option<Stat>>
 /// Compares the checked tree with the baseline and the zone as it is now.
 pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &Collected) -> Changes {
     let zone = zone.as_fd();
-    let mut c = Changes { summary: Summary { zone: zone_name.to_string(), refused: collected.refusals(), ..Summary::default() }, ..Changes::default() };
-    c.summary.set_not_copied(baseline);
+    let mut c = Changes { zone: zone_name.to_string(), refused: collected.refusals(), not_copied: baseline.not_copied_names(), ..Changes::default() };
     let show = |p: &[String]| p.join("/");
     for (path, f) in &collected.files {
         // The worker never had what it could not read: nothing it leaves there replaces it.
         if baseline.beneath_not_copied(path) {
-            c.summary.refused.push(super::Refusal { path: show(path), reason: super::Reason::NotCopied });
+            c.refused.refuse(&show(path), Reason::NotCopied);
             continue;
         }
         let before = baseline.files.get(path);
@@ -93,18 +118,14 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
             _ => false,
         };
         if !unchanged {
-            c.summary.conflicts.push(show(path));
+            c.conflicts.name(&show(path));
             continue;
         }
-        if f.bits_dropped {
-            c.summary.bits_dropped.push(show(path));
-        }
-        if before.is_some() { &mut c.summary.changed } else { &mut c.summary.added }.push(show(path));
         c.writes.push((path.clone(), f.clone()));
     }
     for path in collected.dirs.iter().filter(|d| !baseline.dirs.contains(*d)) {
         if baseline.beneath_not_copied(path) {
-            c.summary.refused.push(super::Refusal { path: format!("{}/", show(path)), reason: super::Reason::NotCopied });
+            c.refused.refuse(&format!("{}/", show(path)), Reason::NotCopied);
             continue;
         }
         c.mkdirs.push(path.clone());
@@ -114,12 +135,9 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
             continue;
         }
         match host_state(zone, path) {
-            Ok(Some(st)) if seen.same(&st) => {
-                c.summary.deleted.push(show(path));
-                c.deletes.push(path.clone());
-            }
+            Ok(Some(st)) if seen.same(&st) => c.deletes.push(path.clone()),
             Ok(None) => {}
-            _ => c.summary.conflicts.push(show(path)),
+            _ => c.conflicts.name(&show(path)),
         }
     }
     // Directories the worker removed, deepest first; one the host filled meanwhile stays.
@@ -163,145 +181,207 @@ impl Changes {
             crate::sandbox::matches_any_case(protection, &judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
         };
         let show = |p: &[String]| p.join("/");
-        let mut refused = Vec::new();
-        let mut withheld: Vec<String> = Vec::new();
+        let refused = &mut self.refused;
         self.writes.retain(|(path, _)| match entry(path, false) {
             Some(entry) => {
-                withheld.push(show(path));
-                refused.push(Refusal { path: show(path), reason: Reason::Protected { entry } });
+                refused.refuse(&show(path), Reason::Protected { entry });
                 false
             }
             None => true,
         });
         self.mkdirs.retain(|path| match entry(path, true) {
             Some(entry) => {
-                refused.push(Refusal { path: format!("{}/", show(path)), reason: Reason::Protected { entry } });
+                refused.refuse(&format!("{}/", show(path)), Reason::Protected { entry });
                 false
             }
             None => true,
         });
         self.deletes.retain(|path| match entry(path, false) {
             Some(entry) => {
-                withheld.push(show(path));
-                refused.push(Refusal { path: show(path), reason: Reason::ProtectedDelete { entry } });
+                refused.refuse(&show(path), Reason::ProtectedDelete { entry });
                 false
             }
             None => true,
         });
         self.rmdirs.retain(|path| match entry(path, true) {
             Some(entry) => {
-                refused.push(Refusal { path: format!("{}/", show(path)), reason: Reason::ProtectedDelete { entry } });
+                refused.refuse(&format!("{}/", show(path)), Reason::ProtectedDelete { entry });
                 false
             }
             None => true,
         });
-        let s = &mut self.summary;
-        for list in [&mut s.added, &mut s.changed, &mut s.deleted, &mut s.bits_dropped] {
-            list.retain(|p| !withheld.contains(p));
-        }
-        s.refused.extend(refused);
     }
 
-    /// Writes the accepted changes beneath `zone`. A file whose host entry changed since the
-    /// diff is left alone and reported as a conflict.
-    pub fn publish(&mut self, zone: impl AsFd, staging: &Staging) -> Result<(), DeliveryError> {
+    /// Every change, in the order a publish makes them.
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        fn plain(op: Op) -> impl Fn(&Vec<String>) -> Entry<'_> {
+            move |p| Entry { op, path: p.as_slice(), file: None }
+        }
+        self.mkdirs
+            .iter()
+            .map(plain(Op::MakeDir))
+            .chain(self.writes.iter().map(|(p, f)| Entry {
+                op: if self.baseline.files.contains_key(p) { Op::Change } else { Op::Add },
+                path: p,
+                file: Some(f),
+            }))
+            .chain(self.deletes.iter().map(plain(Op::Delete)))
+            .chain(self.rmdirs.iter().map(plain(Op::RemoveDir)))
+    }
+
+    /// Keeps the changes `keep` says yes to; the others are not published and the summary
+    /// names them as declined. A declined directory keeps what would go beneath it.
+    pub fn decline(&mut self, mut keep: impl FnMut(&Entry<'_>) -> bool) {
+        let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
+        let mut no: Vec<Vec<String>> = Vec::new();
+        let files = &self.baseline.files;
+        let declined = &mut self.declined;
+        let mut judge = |op: Op, p: &[String], file: Option<&FileOut>, dir: bool| {
+            let below_no = no.iter().any(|d| p.starts_with(d) && d.len() < p.len());
+            if below_no || !keep(&Entry { op, path: p, file }) {
+                declined.name(&show(p, dir));
+                if dir {
+                    no.push(p.to_vec());
+                }
+                return false;
+            }
+            true
+        };
+        self.mkdirs.retain(|p| judge(Op::MakeDir, p, None, true));
+        self.writes.retain(|(p, f)| judge(if files.contains_key(p) { Op::Change } else { Op::Add }, p, Some(f), false));
+        self.deletes.retain(|p| judge(Op::Delete, p, None, false));
+        self.rmdirs.retain(|p| judge(Op::RemoveDir, p, None, true));
+    }
+
+    /// What publishing would do, for a review (status `pending`, or `no_changes`).
+    pub fn summary(&self) -> Summary {
+        let mut s = self.fixed();
+        for e in self.entries() {
+            record(&mut s, &e);
+        }
+        s.status = if s.is_empty() { Status::NoChanges } else { Status::Pending };
+        s
+    }
+
+    /// True when publishing would change nothing on the host.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.mkdirs.is_empty() && self.deletes.is_empty() && self.rmdirs.is_empty()
+    }
+
+    /// The parts of a summary that do not depend on what lands.
+    fn fixed(&self) -> Summary {
+        Summary {
+            conflicts: self.conflicts.clone(),
+            refused: self.refused.clone(),
+            declined: self.declined.clone(),
+            not_copied: self.not_copied.clone(),
+            ..Summary::new(&self.zone)
+        }
+    }
+
+    /// Writes the accepted changes beneath `zone`, each on its own: a change that fails is
+    /// named with its error and the others still land. Deletions are made only when every
+    /// write landed (a file the worker moved must not vanish because its new name could not
+    /// be written). The summary says exactly what is on the host.
+    pub fn publish(self, zone: impl AsFd, staging: &Staging) -> Summary {
         let zone = zone.as_fd();
-        let name = self.summary.zone.clone();
-        let err = |op| DeliveryError::io(op, &name);
-        let mut conflicts = Vec::new();
-        let zst = rustix::fs::fstat(zone).map_err(|e| err("read the zone")(e.into()))?;
+        let mut s = self.fixed();
+        let zst = match rustix::fs::fstat(zone) {
+            Ok(st) => st,
+            Err(e) => return Summary { status: Status::Withheld, withheld: Some(format!("cannot read the zone: {e}")), ..s },
+        };
+        let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
+        let mut landed = 0usize;
         for path in &self.mkdirs {
             let mut full = path.clone();
             full.push(".".into());
-            // A directory whose place the host filled with something else meanwhile.
-            if parent(zone, &full, Some(&zst)).is_err() {
-                conflicts.push(format!("{}/", path.join("/")));
+            match parent(zone, &full, Some(&zst)) {
+                Ok(_) => {
+                    s.dirs_added.name(&show(path, true));
+                    landed += 1;
+                }
+                // The host put something else in its place meanwhile.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, true)),
+                Err(e) => s.failed.fail(&show(path, true), e.to_string()),
             }
         }
         for (path, f) in &self.writes {
             let seen = self.baseline.files.get(path);
-            match write_one(zone, path, f, seen, &zst, staging) {
-                Ok(true) => {}
-                Ok(false) => conflicts.push(path.join("/")),
-                Err(e) => return Err(err("write a file")(e)),
+            let done = parent(zone, path, Some(&zst)).and_then(|dir| {
+                let n = cname(&path[path.len() - 1])?;
+                swap::write(dir.as_fd(), &n, f, seen, (zst.st_uid, zst.st_gid), staging)
+            });
+            match done {
+                Ok(Outcome::Landed) => {
+                    record(&mut s, &Entry { op: if seen.is_some() { Op::Change } else { Op::Add }, path, file: Some(f) });
+                    landed += 1;
+                }
+                Ok(Outcome::Conflict) => s.conflicts.name(&show(path, false)),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, false)),
+                Err(e) => s.failed.fail(&show(path, false), e.to_string()),
             }
         }
+        let writes_failed = !s.failed.is_empty();
         for path in &self.deletes {
-            let seen = &self.baseline.files[path];
-            let dir = parent(zone, path, None).map_err(err("delete a file"))?;
-            let n = cname(&path[path.len() - 1]).map_err(err("delete a file"))?;
-            match rustix::fs::statat(&dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) if seen.same(&st) => rustix::fs::unlinkat(&dir, n.as_c_str(), AtFlags::empty()).map_err(|e| err("delete a file")(e.into()))?,
-                _ => conflicts.push(path.join("/")),
+            if writes_failed {
+                s.failed.fail(&show(path, false), "not deleted: another change did not land, and the worker may have moved this file there".into());
+                continue;
+            }
+            let done = parent(zone, path, None).and_then(|dir| {
+                let n = cname(&path[path.len() - 1])?;
+                swap::delete(dir.as_fd(), &n, &self.baseline.files[path])
+            });
+            match done {
+                Ok(Outcome::Landed) => {
+                    s.deleted.name(&show(path, false));
+                    landed += 1;
+                }
+                Ok(Outcome::Conflict) => s.conflicts.name(&show(path, false)),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, false)),
+                Err(e) => s.failed.fail(&show(path, false), e.to_string()),
             }
         }
         for path in &self.rmdirs {
-            if let Ok(dir) = parent(zone, path, None) {
-                if let Ok(n) = cname(&path[path.len() - 1]) {
-                    if rustix::fs::unlinkat(&dir, n.as_c_str(), AtFlags::REMOVEDIR).is_ok() {
-                        self.summary.deleted.push(format!("{}/", path.join("/")));
-                    }
+            if writes_failed {
+                continue;
+            }
+            let Ok(dir) = parent(zone, path, None) else { continue };
+            let Ok(n) = cname(&path[path.len() - 1]) else { continue };
+            match rustix::fs::unlinkat(&dir, n.as_c_str(), AtFlags::REMOVEDIR) {
+                Ok(()) => {
+                    s.dirs_deleted.name(&show(path, true));
+                    landed += 1;
                 }
+                // Filled or removed by the host meanwhile, or holding what was refused: it stays.
+                Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {}
+                Err(e) => s.failed.fail(&show(path, true), io::Error::from(e).to_string()),
             }
         }
-        for p in conflicts {
-            self.summary.added.retain(|x| *x != p);
-            self.summary.changed.retain(|x| *x != p);
-            self.summary.deleted.retain(|x| *x != p);
-            self.summary.conflicts.push(p);
-        }
-        self.summary.published = true;
-        Ok(())
+        s.status = match (landed, s.failed.is_empty()) {
+            (_, true) if s.is_empty() => Status::NoChanges,
+            (_, true) => Status::Published,
+            (0, false) => {
+                s.withheld = Some("no change could be written (see failed)".into());
+                Status::Withheld
+            }
+            (_, false) => Status::Partial,
+        };
+        s
     }
 }
 
-/// Writes one file; `Ok(false)` when its host entry is no longer what the diff saw.
-fn write_one(zone: BorrowedFd<'_>, path: &[String], f: &FileOut, seen: Option<&super::baseline::Seen>, zst: &Stat, staging: &Staging) -> io::Result<bool> {
-    let dir = match parent(zone, path, Some(zst)) {
-        Ok(d) => d,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => return Ok(false),
-        Err(e) => return Err(e),
-    };
-    let n = cname(&path[path.len() - 1])?;
-    let now = match rustix::fs::statat(&dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => Some(st),
-        Err(rustix::io::Errno::NOENT) => None,
-        Err(e) => return Err(e.into()),
-    };
-    let (uid, gid, mode) = match (seen, &now) {
-        (Some(s), Some(st)) if s.same(st) => {
-            let mut mode = st.st_mode & 0o777;
-            if f.executable {
-                mode |= (mode & 0o444) >> 2;
-            } else {
-                mode &= !0o111;
-            }
-            (st.st_uid, st.st_gid, mode)
-        }
-        (None, None) => (zst.st_uid, zst.st_gid, if f.executable { 0o755 } else { 0o644 }),
-        _ => return Ok(false),
-    };
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| io::Error::other(e.to_string()))?;
-    let tmp = cname(&format!(".workcell-publish-{}", random.iter().map(|b| format!("{b:02x}")).collect::<String>()))?;
-    let fd = rustix::fs::openat(
-        &dir,
-        tmp.as_c_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
-    let mut out = std::fs::File::from(fd);
-    let result = (|| {
-        let mut src = staging.open(&f.staged)?.take(f.size);
-        io::copy(&mut src, &mut out)?;
-        out.flush()?;
-        std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
-        rustix::fs::fchmod(&out, Mode::from_raw_mode(mode))?;
-        rustix::fs::renameat(&dir, tmp.as_c_str(), &dir, n.as_c_str())?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&dir, tmp.as_c_str(), AtFlags::empty());
+/// Adds one change to the lists of `s`.
+fn record(s: &mut Summary, e: &Entry<'_>) {
+    let name = e.path.join("/");
+    match (e.op, e.file) {
+        (Op::Add, Some(f)) => s.added.file(&name, f.size, f.executable),
+        (Op::Change, Some(f)) => s.changed.file(&name, f.size, f.executable),
+        (Op::Delete, _) => s.deleted.name(&name),
+        (Op::MakeDir, _) => s.dirs_added.name(&format!("{name}/")),
+        (Op::RemoveDir, _) => s.dirs_deleted.name(&format!("{name}/")),
+        _ => {}
     }
-    result.map(|()| true)
+    if e.file.is_some_and(|f| f.bits_dropped) {
+        s.bits_dropped.name(&name);
+    }
 }

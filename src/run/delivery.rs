@@ -46,8 +46,7 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         let host = mount.held.clone().ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
         let copy = baseline::copy_in(&*host.0, &c.zone, plan.user)?;
         // Said before the run, read-only zones included: the worker will not find these.
-        let mut note = Summary::default();
-        note.set_not_copied(&copy.baseline);
+        let note = Summary { not_copied: copy.baseline.not_copied_names(), ..Summary::default() };
         if let Some(line) = note.not_copied_line() {
             eprintln!("workcell: zone {}: {line} (uid {})", crate::term::escape(&c.zone), plan.user.uid);
         }
@@ -74,7 +73,7 @@ pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: 
     let mut summaries = Vec::new();
     for d in deliveries.into_iter().filter(|d| d.writable) {
         let summary = match withheld {
-            Some(why) => Summary { zone: d.zone.clone(), withheld: Some(why.to_string()), ..Summary::default() },
+            Some(why) => Summary::withheld(&d.zone, why.to_string()),
             None => deliver(&d, review, mode),
         };
         if review.json {
@@ -91,7 +90,7 @@ pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: 
 }
 
 fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
-    let failed = |why: String| Summary { zone: d.zone.clone(), withheld: Some(why), ..Summary::default() };
+    let failed = |why: String| Summary::withheld(&d.zone, why);
     let mut staging = match Staging::new() {
         Ok(s) => s,
         Err(e) => return failed(format!("cannot create the staging directory: {e}")),
@@ -102,17 +101,16 @@ fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
     };
     let mut changes = publish::diff(&d.zone, &*d.host.0, &d.copy.baseline, &collected);
     changes.withhold_hostrun(&collected, &d.protection);
-    if changes.summary.is_empty() {
-        return changes.summary;
+    if changes.is_empty() {
+        return changes.summary();
     }
-    if let Err(why) = approve(d, &changes.summary, review, mode) {
-        changes.summary.withheld = Some(why.to_string());
-        return changes.summary;
+    if let Err(why) = approve(d, &changes.summary(), review, mode) {
+        let mut s = changes.summary();
+        s.status = crate::delivery::Status::Withheld;
+        s.withheld = Some(why.to_string());
+        return s;
     }
-    if let Err(e) = changes.publish(&*d.host.0, &staging) {
-        changes.summary.withheld = Some(format!("publishing stopped part-way: {e}"));
-    }
-    changes.summary
+    changes.publish(&*d.host.0, &staging)
 }
 
 /// Why a delivery's changes were not published (the summary's `withheld`).

@@ -1,0 +1,170 @@
+//! Replacing and removing one host file so that a host change is never lost: the file is
+//! judged again at the moment it is replaced, not seconds earlier when its new content
+//! started to be written.
+//!
+//! - A new file is renamed into place with `RENAME_NOREPLACE`: a file the host created
+//!   meanwhile makes the rename fail, and the host's file stays (a conflict).
+//! - A changed file is swapped with `RENAME_EXCHANGE`: the old file, now under the
+//!   temporary name and out of reach of anyone opening it by name, is compared with what
+//!   the copy was taken from (identity, size, times and content hash); if the host changed
+//!   it, it is swapped back (a conflict).
+//! - A deleted file is renamed aside first and judged the same way before it is unlinked.
+//!
+//! What no rename can catch is a host process that holds the old file open and writes
+//! into it after the swap: it writes into a file that is no longer in the zone.
+
+use std::ffi::{CStr, CString};
+use std::io::{self, Read, Write};
+use std::os::fd::BorrowedFd;
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Stat};
+use rustix::io::Errno;
+use sha2::{Digest, Sha256};
+
+use super::baseline::Seen;
+use super::collect::{FileOut, Staging};
+
+/// What became of one change.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It is on the host.
+    Landed,
+    /// The host's entry is not what the copy was taken from: left as the host has it.
+    Conflict,
+}
+
+/// A fresh name for a temporary entry beside the target.
+fn temp_name(kind: &str) -> io::Result<CString> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| io::Error::other(e.to_string()))?;
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    CString::new(format!(".workcell-{kind}-{hex}")).map_err(io::Error::other)
+}
+
+fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Option<Stat>> {
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// True when `name` beneath `dir`, just renamed there by us, is still the file `seen`
+/// describes with the same content. Its change time is not compared: the rename itself
+/// sets it (the full status, change time included, was compared just before the rename).
+fn unchanged_after_rename(dir: BorrowedFd<'_>, name: &CStr, seen: &Seen) -> io::Result<bool> {
+    let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;
+    let st = rustix::fs::fstat(&fd)?;
+    let same = (st.st_dev, st.st_ino, st.st_size as u64, (st.st_mtime, st.st_mtime_nsec as i64)) == (seen.dev, seen.ino, seen.size, seen.mtime);
+    if !same || rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Ok(false);
+    }
+    let mut file = std::fs::File::from(fd);
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(<[u8; 32]>::from(hasher.finalize()) == seen.sha256)
+}
+
+/// Writes `f` as `name` beneath `dir`: new when `seen` is `None`, else replacing the file
+/// the copy was taken from. `now` is the host entry as it was looked at just before (its
+/// owner and mode are kept); `owner` owns a new file.
+pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>, owner: (u32, u32), staging: &Staging) -> io::Result<Outcome> {
+    let now = stat_at(dir, name)?;
+    let (uid, gid, mode) = match (seen, &now) {
+        (Some(s), Some(st)) if s.same(st) => {
+            let mut mode = st.st_mode & 0o777;
+            if f.executable {
+                mode |= (mode & 0o444) >> 2;
+            } else {
+                mode &= !0o111;
+            }
+            (st.st_uid, st.st_gid, mode)
+        }
+        (None, None) => (owner.0, owner.1, if f.executable { 0o755 } else { 0o644 }),
+        _ => return Ok(Outcome::Conflict),
+    };
+    let tmp = temp_name("publish")?;
+    let fd = rustix::fs::openat(
+        dir,
+        tmp.as_c_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut out = std::fs::File::from(fd);
+    let result = (|| {
+        let mut src = staging.open(&f.staged)?.take(f.size);
+        io::copy(&mut src, &mut out)?;
+        out.flush()?;
+        std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
+        rustix::fs::fchmod(&out, Mode::from_raw_mode(mode))?;
+        match seen {
+            None => match rustix::fs::renameat_with(dir, tmp.as_c_str(), dir, name, RenameFlags::NOREPLACE) {
+                Ok(()) => Ok(Outcome::Landed),
+                // The host made a file (or anything else) there meanwhile.
+                Err(Errno::EXIST) => Ok(Outcome::Conflict),
+                Err(e) => Err(e.into()),
+            },
+            Some(seen) => swap_in(dir, &tmp, name, seen),
+        }
+    })();
+    // Whatever the outcome, the temporary name holds nothing the host should keep: the
+    // unwritten copy, or (after a swap) the old file.
+    let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
+    result
+}
+
+/// Exchanges the written `tmp` with `name`; swaps back when what was at `name` is not
+/// `seen` any more.
+fn swap_in(dir: BorrowedFd<'_>, tmp: &CStr, name: &CStr, seen: &Seen) -> io::Result<Outcome> {
+    if !stat_at(dir, name)?.is_some_and(|st| seen.same(&st)) {
+        return Ok(Outcome::Conflict);
+    }
+    match rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        // Removed meanwhile: the host's deletion stands.
+        Err(Errno::NOENT) => return Ok(Outcome::Conflict),
+        Err(e) => return Err(e.into()),
+    }
+    if unchanged_after_rename(dir, tmp, seen)? {
+        return Ok(Outcome::Landed);
+    }
+    // Changed at the last moment: the host's version goes back into place.
+    rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE)?;
+    // What is now at `tmp` is ours; `write` removes it.
+    Ok(Outcome::Conflict)
+}
+
+/// Removes `name` beneath `dir` when it is still exactly `seen`.
+pub fn delete(dir: BorrowedFd<'_>, name: &CStr, seen: &Seen) -> io::Result<Outcome> {
+    match stat_at(dir, name)? {
+        None => return Ok(Outcome::Landed),
+        Some(st) if !seen.same(&st) => return Ok(Outcome::Conflict),
+        Some(_) => {}
+    }
+    let aside = temp_name("delete")?;
+    match rustix::fs::renameat_with(dir, name, dir, aside.as_c_str(), RenameFlags::NOREPLACE) {
+        Ok(()) => {}
+        // Removed on the host already: nothing to do, and nothing lost.
+        Err(Errno::NOENT) => return Ok(Outcome::Landed),
+        Err(e) => return Err(e.into()),
+    }
+    if unchanged_after_rename(dir, aside.as_c_str(), seen)? {
+        rustix::fs::unlinkat(dir, aside.as_c_str(), AtFlags::empty())?;
+        return Ok(Outcome::Landed);
+    }
+    match rustix::fs::renameat_with(dir, aside.as_c_str(), dir, name, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(Outcome::Conflict),
+        // The host made a new file there meanwhile; its changed old one stays beside it.
+        Err(Errno::EXIST) => {
+            Err(io::Error::other(format!("the host changed it and made a new one meanwhile; its changed old version is kept as {}", aside.to_string_lossy())))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
