@@ -5,8 +5,12 @@
 #   in   the worker reads every file (`cat`), changes nothing: copy = copy-in + walk,
 #        check and hash of the whole tree after the run, nothing published;
 #   out  the worker copies the 1,000 files to a new directory (`cp -r`): copy = copy-in +
-#        check + publish of 1,000 new files / 100 MiB (removed again before each run).
+#        check + publish of 1,000 new files / 100 MiB (removed again before each run);
+#   chg  the worker appends a line to each of the 1,000 files: copy = copy-in + check +
+#        publish of 1,000 changed files / 100 MiB (each host file judged again, its content
+#        hashed, at the moment it is swapped).
 #
+# BACKENDS (default "bwrap docker") picks the backends.
 # Usage: benches/delivery.sh [WORKCELL_BINARY] [RUNS]
 #   WORKCELL_BINARY  default: target/release/workcell (build with `cargo build --release`)
 #   RUNS             default: 5 per command
@@ -34,11 +38,12 @@ cp -r "$base/bind/z/src/." "$base/copy/z/src/"
 echo "zone: $(ls "$base/bind/z/src" | wc -l) files, $(du -sm "$base/bind/z/src" | cut -f1) MiB"
 
 args=()
-for backend in bwrap docker; do
+for backend in ${BACKENDS:-bwrap docker}; do
   for mode in bind copy; do
     p="$base/$mode"
     args+=(-n "$backend $mode in"  "cd $p && $workcell run --backend $backend --no-broker -- sh -c 'cat /z/src/* > /dev/null'")
     args+=(-n "$backend $mode out" "cd $p && rm -rf z/new && $workcell run --backend $backend --no-broker -- sh -c 'cp -r /z/src /z/new' 2>/dev/null && test \$(ls z/new | wc -l) = 1000")
+    args+=(-n "$backend $mode chg" "cd $p && rm -rf z/new && $workcell run --backend $backend --no-broker -- sh -c 'for f in /z/src/*; do echo >> \$f; done' 2>/dev/null && test \$(stat -c %s z/src/f999.bin) -gt 102400")
   done
 done
 hyperfine --warmup 1 --runs "$runs" --export-markdown "${BENCH_MD:-/dev/stdout}" "${args[@]}"
