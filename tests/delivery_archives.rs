@@ -246,6 +246,43 @@ fn deletions_and_host_changes() {
     assert!(f.zone.join("sub").is_dir());
 }
 
+/// The host changes the zone between the check and the publish (as during a review): a
+/// parent removed, another turned into a link. Those changes are conflicts, one by one; the
+/// other deletions and writes still land.
+#[test]
+fn host_changes_after_the_check_fail_only_their_own_changes() {
+    let f = fixture();
+    for d in ["a", "b"] {
+        fs::create_dir(f.zone.join(d)).unwrap();
+        fs::write(f.zone.join(d).join("x.md"), "x").unwrap();
+    }
+    fs::write(f.zone.join("c.md"), "c").unwrap();
+    let zone = fs::File::open(&f.zone).unwrap();
+    let copy = baseline::copy_in(&zone, "zone", me()).unwrap();
+    // The worker's tree: keep.md changed; a/x.md, b/x.md, c.md deleted; sub/k.md kept.
+    let mut a = Vec::new();
+    file(&mut a, "keep.md", b"worker");
+    file(&mut a, "sub/k.md", b"k");
+    entry(&mut a, b"a/", b'5', 0, b"", 0o755, b"");
+    entry(&mut a, b"b/", b'5', 0, b"", 0o755, b"");
+    let a = end(a);
+    let mut staging = Staging::new().unwrap();
+    let collected = collect_tar(&a[..], &policy(), &mut staging).unwrap();
+    let changes = publish::diff("zone", &zone, &copy.baseline, &collected);
+    fs::remove_dir_all(f.zone.join("a")).unwrap();
+    fs::remove_dir_all(f.zone.join("b")).unwrap();
+    fs::write(f.root.join("outside/x.md"), "x").unwrap();
+    symlink("../outside", f.zone.join("b")).unwrap();
+    let s = changes.publish(&zone, &staging);
+    assert_eq!(s.status, workcell::delivery::Status::Published, "{s:?}");
+    assert_eq!(s.conflicts.shown(), ["a/x.md", "b/x.md"], "{s:?}");
+    assert_eq!(s.deleted.shown(), ["c.md"], "{s:?}");
+    assert_eq!(files(&s.changed), ["keep.md"], "{s:?}");
+    assert_eq!(fs::read_to_string(f.zone.join("keep.md")).unwrap(), "worker");
+    assert!(!f.zone.join("c.md").exists());
+    assert_eq!(fs::read_to_string(f.root.join("outside/x.md")).unwrap(), "x", "deleted through the host's link");
+}
+
 const NAMES: &[&str] = &[
     "a.md",
     "b.md",

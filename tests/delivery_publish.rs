@@ -73,7 +73,8 @@ fn when_publishing(dir: PathBuf, act: impl FnOnce() + Send + 'static) -> std::th
     std::thread::spawn(move || {
         let give_up = Instant::now() + Duration::from_secs(300);
         while Instant::now() < give_up {
-            let publishing = std::fs::read_dir(&dir).map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".workcell-publish-"))).unwrap_or(false);
+            let publishing =
+                std::fs::read_dir(&dir).map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".workcell-publish-"))).unwrap_or(false);
             if publishing {
                 act();
                 return true;
@@ -94,7 +95,10 @@ struct Tmpfs(PathBuf);
 
 impl Tmpfs {
     fn mount(at: &Path, mib: usize) -> Tmpfs {
-        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0755"), "workcell-test", &at.display().to_string()]).status().expect("mount");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m,mode=0755"), "workcell-test", &at.display().to_string()])
+            .status()
+            .expect("mount");
         assert!(ok.success(), "mount a tmpfs at {} (these tests run as root)", at.display());
         Tmpfs(at.to_path_buf())
     }
@@ -143,7 +147,11 @@ mod body {
         let _fs = Tmpfs::mount(&s.dir.join("z"), 4);
         std::fs::write(s.z("d.txt"), "keep me unless all landed").expect("write");
         give_to_worker(&s.dir);
-        let out = s.run(backend, &["--json"], "cd /z && head -c 1048576 /dev/zero > a.bin && head -c 1048576 /dev/zero > b.bin && head -c 3145728 /dev/zero > c.bin && rm d.txt");
+        let out = s.run(
+            backend,
+            &["--json"],
+            "cd /z && head -c 1048576 /dev/zero > a.bin && head -c 1048576 /dev/zero > b.bin && head -c 3145728 /dev/zero > c.bin && rm d.txt",
+        );
         let sum = summary(&out);
         assert_eq!(sum["status"], "partial", "{sum}");
         assert_eq!(sum["published"], true, "{sum}");
