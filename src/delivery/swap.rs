@@ -132,13 +132,14 @@ fn swap_in(dir: BorrowedFd<'_>, tmp: &CStr, name: &CStr, seen: &Seen) -> io::Res
         Err(Errno::NOENT) => return Ok(Outcome::Conflict),
         Err(e) => return Err(e.into()),
     }
-    if unchanged_after_rename(dir, tmp, seen)? {
+    let judged = unchanged_after_rename(dir, tmp, seen);
+    if matches!(judged, Ok(true)) {
         return Ok(Outcome::Landed);
     }
-    // Changed at the last moment: the host's version goes back into place.
+    // Changed at the last moment, or it could not be read to tell: the host's version goes
+    // back into place (what is then at `tmp` is ours; `write` removes it).
     rustix::fs::renameat_with(dir, tmp, dir, name, RenameFlags::EXCHANGE)?;
-    // What is now at `tmp` is ours; `write` removes it.
-    Ok(Outcome::Conflict)
+    judged.map(|_| Outcome::Conflict)
 }
 
 /// Removes `name` beneath `dir` when it is still exactly `seen`.
