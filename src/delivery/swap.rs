@@ -156,12 +156,14 @@ pub fn delete(dir: BorrowedFd<'_>, name: &CStr, seen: &Seen) -> io::Result<Outco
         Err(Errno::NOENT) => return Ok(Outcome::Landed),
         Err(e) => return Err(e.into()),
     }
-    if unchanged_after_rename(dir, aside.as_c_str(), seen)? {
+    let judged = unchanged_after_rename(dir, aside.as_c_str(), seen);
+    if matches!(judged, Ok(true)) {
         rustix::fs::unlinkat(dir, aside.as_c_str(), AtFlags::empty())?;
         return Ok(Outcome::Landed);
     }
+    // Changed, or unreadable: it goes back where it was.
     match rustix::fs::renameat_with(dir, aside.as_c_str(), dir, name, RenameFlags::NOREPLACE) {
-        Ok(()) => Ok(Outcome::Conflict),
+        Ok(()) => judged.map(|_| Outcome::Conflict),
         // The host made a new file there meanwhile; its changed old one stays beside it.
         Err(Errno::EXIST) => {
             Err(io::Error::other(format!("the host changed it and made a new one meanwhile; its changed old version is kept as {}", aside.to_string_lossy())))
