@@ -181,7 +181,41 @@ mod body {
         let host: Vec<String> = p.host().into_iter().map(|(n, c)| format!("{n}={c}")).collect();
         assert_eq!(host, ["deep/er/w.md=deep", "mine.md=mine\n", "w.md=broker"]);
     }
+
+    /// A worker granted only a directory inside the zone gets a copy of that directory: the
+    /// broker writes into it, and judges the files the host runs from the zone's root (the
+    /// grant's place in the zone comes first), so `sub/.git/hooks/…` stays refused.
+    pub fn a_grant_inside_the_zone_is_judged_in_its_copy(backend: &str) {
+        let script = [
+            call("write_file", &json!({"path": "/out/sub/w.md", "content": "broker"})),
+            call("write_file", &json!({"path": "/out/sub/.git/hooks/pre-commit", "content": "#!/bin/sh\n"})),
+            call("write_file", &json!({"path": "/out/sub/.envrc", "content": "x"})),
+        ]
+        .join("; ");
+        let header = "sandbox: {inherit: false, allow_read: [/out], allow_write: [/out/sub]}\n";
+        let p = Proj::new(&[("granted", &worker(header, &script))]);
+        std::fs::create_dir_all(p.dir.join("out/sub")).expect("mkdir sub");
+        give_to_worker(&p.dir);
+        let out = p.run(backend, true, "granted");
+        let a = answers(&out);
+        assert_eq!(a.len(), 3, "{a:?}");
+        assert_eq!(a[0]["ok"], true, "{a:?}");
+        assert_eq!(a[1]["error"]["kind"], "protected", "{}", a[1]);
+        assert_eq!(a[2]["error"]["kind"], "protected", "{}", a[2]);
+        assert_eq!(p.host(), p.untouched(), "a broker write reached the host past the review");
+        let sum = summary(&out);
+        assert_withheld(&sum);
+        assert_eq!(sum["added"], json!(["w.md"]), "{sum}");
+    }
 }
 
-support::backend_suite!(bwrap, "bwrap", [a_shell_command_keeps_the_review, a_child_worker_keeps_the_review, the_brokers_writes_go_into_the_copy]);
-support::backend_suite!(docker, "docker", [a_shell_command_keeps_the_review, a_child_worker_keeps_the_review, the_brokers_writes_go_into_the_copy]);
+support::backend_suite!(
+    bwrap,
+    "bwrap",
+    [a_shell_command_keeps_the_review, a_child_worker_keeps_the_review, the_brokers_writes_go_into_the_copy, a_grant_inside_the_zone_is_judged_in_its_copy]
+);
+support::backend_suite!(
+    docker,
+    "docker",
+    [a_shell_command_keeps_the_review, a_child_worker_keeps_the_review, the_brokers_writes_go_into_the_copy, a_grant_inside_the_zone_is_judged_in_its_copy]
+);
