@@ -380,8 +380,9 @@ pub fn mount_target(addressing: Addressing, sandbox_path: &str) -> String {
 
 /// The zone mounts that `delivery: copy` replaces by a private copy. A zone that already is
 /// the private copy of the run that starts this one (a shell command's, a child worker's) is
-/// bound as it is: its changes are that run's, published after that run's review. A zone holding control
-/// files is refused: they are bound live over the zone and would be published from the copy.
+/// bound as it is: its changes are that run's, published after that run's review. A zone
+/// holding control files is refused: they are bound live over the zone and would be
+/// published from the copy.
 fn copy_mounts(sandbox: &Sandbox, zones: &[(PlanMount, String)], control: &[pin::Pinned]) -> Result<Vec<CopyMount>, PlanError> {
     let mut out = Vec::new();
     for (m, name) in zones {

@@ -2,12 +2,12 @@
 //! backend starts, and after a normal exit the worker's trees checked, shown, approved when
 //! the zone or `--review` says so, published and recorded.
 
+use std::os::fd::AsFd;
+
 use serde_json::json;
 
 use crate::delivery::{baseline, collect::Staging, publish, walk, Policy, Summary};
 use crate::plan::{Held, LaunchPlan};
-use std::os::fd::AsFd;
-
 use crate::sandbox::{CopiedArea, Sandbox};
 use crate::tools::approval::{Action, ApprovalMode, ApprovalRequest, Choice, Prompter, TerminalPrompter};
 use crate::tools::audit::AuditLog;
@@ -86,7 +86,8 @@ pub(super) fn on_copies(sandbox: &Sandbox, deliveries: &[Delivery]) -> Result<Sa
         };
         copies.push(CopiedArea { sandbox_path: p.clone(), root: d.copy.root().as_fd() });
     }
-    sandbox.on_copies(&copies).map_err(|e| RunError::Copies { target: copies[0].sandbox_path.clone(), source: Some(Box::new(e)) })
+    let targets = deliveries.iter().map(|d| d.target.as_str()).collect::<Vec<_>>().join(", ");
+    sandbox.on_copies(&copies).map_err(|e| RunError::Copies { target: targets, source: Some(Box::new(e)) })
 }
 
 /// Collects, checks and (when allowed) publishes every writable copy. `withheld` says why
