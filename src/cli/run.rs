@@ -210,12 +210,11 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         sandbox,
         overrides,
         choice,
-        parent: BackendRunner::new(project.clone(), choice, args.approvals.mode()),
+        parent: BackendRunner::new(project.clone(), choice, args.approvals.mode()).reviewing(crate::run::Review { review: args.review, json: args.json }),
         chain: worker.iter().map(|w| w.name.clone()).collect(),
         services: if args.no_broker { Services::None } else { Services::Broker { instructions: worker.map(|w| w.instructions.as_str()) } },
     };
-    let mut session = Session::prepare(spec).map_err(run_error)?;
-    session.set_review(crate::run::Review { review: args.review, json: args.json });
+    let session = Session::prepare(spec).map_err(run_error)?;
     let selected = session.backend();
     if choice == BackendChoice::Auto && selected != Selected::Docker {
         eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());

@@ -341,17 +341,7 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
 
 /// [`mounts_for`], each with the name of the sandbox mount it belongs to.
 fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
-    let target_of = |sandbox_path: &str| match sandbox.addressing() {
-        Addressing::Zones => sandbox_path.to_string(),
-        Addressing::Root => {
-            let rest = sandbox_path.trim_start_matches('/');
-            if rest.is_empty() {
-                ROOT_FORM_MOUNT_POINT.to_string()
-            } else {
-                format!("{ROOT_FORM_MOUNT_POINT}/{rest}")
-            }
-        }
-    };
+    let target_of = |sandbox_path: &str| mount_target(sandbox.addressing(), sandbox_path);
     // A copy-delivered zone is writable in its private copy: its approval is asked before
     // the result is published instead.
     let preapproved =
@@ -372,12 +362,34 @@ fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
     out
 }
 
-/// The zone mounts that `delivery: copy` replaces by a private copy. A zone holding control
-/// files is refused: they are bound live over the zone and would be published from the copy.
-fn copy_mounts(sandbox: &Sandbox, zones: &[PlanMount], control: &[pin::Pinned]) -> Result<Vec<CopyMount>, PlanError> {
+/// Where the area at `sandbox_path` is mounted in the worker (a root-form sandbox's `/` is
+/// [`ROOT_FORM_MOUNT_POINT`]).
+pub fn mount_target(addressing: Addressing, sandbox_path: &str) -> String {
+    match addressing {
+        Addressing::Zones => sandbox_path.to_string(),
+        Addressing::Root => {
+            let rest = sandbox_path.trim_start_matches('/');
+            if rest.is_empty() {
+                ROOT_FORM_MOUNT_POINT.to_string()
+            } else {
+                format!("{ROOT_FORM_MOUNT_POINT}/{rest}")
+            }
+        }
+    }
+}
+
+/// The zone mounts that `delivery: copy` replaces by a private copy. A zone that already is
+/// the private copy of the run that starts this one (a shell command's, a child worker's) is
+/// bound as it is: its changes are that run's, published after that run's review. A zone
+/// holding control files is refused: they are bound live over the zone and would be
+/// published from the copy.
+fn copy_mounts(sandbox: &Sandbox, zones: &[(PlanMount, String)], control: &[pin::Pinned]) -> Result<Vec<CopyMount>, PlanError> {
     let mut out = Vec::new();
-    for m in zones {
-        let Some(zone) = sandbox.mounts().iter().find(|x| m.source.starts_with(&x.host_path) && x.delivery == crate::sandbox::Delivery::Copy) else { continue };
+    for (m, name) in zones {
+        let Some(zone) = sandbox.mounts().iter().find(|x| &x.name == name && x.delivery == crate::sandbox::Delivery::Copy) else { continue };
+        if sandbox.is_copied(&zone.name) {
+            continue;
+        }
         if control.iter().any(|c| c.bind.source.starts_with(&m.source)) {
             return Err(PlanError::CopyDelivery(zone.name.clone()));
         }
@@ -466,7 +478,7 @@ impl LaunchPlan {
         // After the zones, so that they cover them (and after the list the worker is told):
         // the control files and the files the host runs, read-only, their parents pinned.
         let control = control::control_mounts(project, &mounts)?;
-        let copies = copy_mounts(sandbox, &mounts, &control)?;
+        let copies = copy_mounts(sandbox, &named, &control)?;
         let (protected, hostrun) = protected::protected_areas(sandbox, &named, &control)?;
         let kept: Vec<pin::Pinned> = control.into_iter().chain(hostrun).collect();
         let mut mounts = mounts;

@@ -2,11 +2,13 @@
 //! backend starts, and after a normal exit the worker's trees checked, shown, approved when
 //! the zone or `--review` says so, published and recorded.
 
+use std::os::fd::AsFd;
+
 use serde_json::json;
 
 use crate::delivery::{baseline, collect::Staging, publish, walk, Policy, Summary};
 use crate::plan::{Held, LaunchPlan};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{CopiedArea, Sandbox};
 use crate::tools::approval::{Action, ApprovalMode, ApprovalRequest, Choice, Prompter, TerminalPrompter};
 use crate::tools::audit::AuditLog;
 
@@ -65,6 +67,27 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         });
     }
     Ok(out)
+}
+
+/// The run's sandbox with each private copy in place of the area it stands for: what the
+/// run's tool service reads and writes, and what its shell commands and child workers get
+/// (so whatever they change is in the copy, and reviewed with the worker's own changes).
+pub(super) fn on_copies(sandbox: &Sandbox, deliveries: &[Delivery]) -> Result<Sandbox, RunError> {
+    if deliveries.is_empty() {
+        return Ok(sandbox.clone());
+    }
+    let paths: Vec<String> = sandbox.readable_roots().into_iter().chain(sandbox.writable_roots()).collect();
+    let mut copies = Vec::new();
+    for d in deliveries {
+        // Every copy stands for an area of the sandbox; one that does not is refused rather
+        // than leave the tool service on the host's directory.
+        let Some(p) = paths.iter().find(|p| crate::plan::mount_target(sandbox.addressing(), p) == d.target) else {
+            return Err(RunError::Copies { target: d.target.clone(), source: None });
+        };
+        copies.push(CopiedArea { sandbox_path: p.clone(), root: d.copy.root().as_fd() });
+    }
+    let targets = deliveries.iter().map(|d| d.target.as_str()).collect::<Vec<_>>().join(", ");
+    sandbox.on_copies(&copies).map_err(|e| RunError::Copies { target: targets, source: Some(Box::new(e)) })
 }
 
 /// Collects, checks and (when allowed) publishes every writable copy. `withheld` says why

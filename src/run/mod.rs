@@ -56,6 +56,14 @@ pub enum RunError {
     /// A zone with `delivery: copy` could not be copied for the worker.
     #[error(transparent)]
     Delivery(#[from] crate::delivery::DeliveryError),
+    /// The private copy mounted at `target` could not be given to the run's tool service
+    /// (which would otherwise write the host's zone, past the review).
+    #[error("cannot give the tool service the private copy mounted at {target}{}", source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    Copies {
+        target: String,
+        #[source]
+        source: Option<Box<crate::sandbox::SandboxError>>,
+    },
 }
 
 /// What the worker can ask the host for.
@@ -78,8 +86,8 @@ pub struct Spec<'a> {
     pub sandbox: Sandbox,
     pub overrides: Overrides,
     pub choice: BackendChoice,
-    /// The runner of the run that starts this one (its approval mode, limits and deadline
-    /// carry over to the shell commands and children of this run).
+    /// The runner of the run that starts this one (its approval mode, review, limits and
+    /// deadline carry over to the shell commands and children of this run).
     pub parent: BackendRunner,
     /// Worker names from the top of the delegation chain to this run's worker.
     pub chain: Vec<String>,
@@ -132,6 +140,9 @@ impl Session {
         if selected != Selected::None {
             crate::plan::access::check_sandbox(&sandbox, plan.user, selected == Selected::Bwrap).map_err(PlanError::from)?;
         }
+        // From here on the run's own tools work on the private copies: the broker's writes,
+        // its shell commands and its child workers change the copy, reviewed at the end.
+        let sandbox = delivery::on_copies(&sandbox, &deliveries)?;
         // This run's own runner: the shell commands of its worker go to its container.
         let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }
             .serving(plan.limits)
@@ -184,8 +195,10 @@ impl Session {
             }
             _ => None,
         };
-        let mode = spec.parent.mode;
-        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review: Review::default(), mode };
+        // The review and approval mode of the run that starts this one (`workcell run`'s own
+        // flags at the top): a nested run never publishes with less review than its parent.
+        let (mode, review) = (spec.parent.mode, spec.parent.review);
+        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review, mode };
         session.record_start(&spec.chain)?;
         created.keep();
         Ok(session)
@@ -204,11 +217,6 @@ impl Session {
             // The run has happened; its end at least is not lost silently.
             eprintln!("workcell: cannot record the end of the run in the audit log: {e}");
         }
-    }
-
-    /// How the results of copy-delivered zones are shown and approved.
-    pub fn set_review(&mut self, review: Review) {
-        self.review = review;
     }
 
     /// Checks and publishes the copy-delivered zones; only a worker that ended by itself

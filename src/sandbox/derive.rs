@@ -200,6 +200,7 @@ impl Sandbox {
             hostfiles: self.hostfiles.clone(),
             hostrun: self.hostrun.clone(),
             identity: self.identity,
+            copied: self.copied.clone(),
         }
     }
 

@@ -28,7 +28,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::error::show;
 use super::path::VirtualPath;
-use super::{Area, PathList, Sandbox, SandboxError};
+use super::{Area, AreaKey, PathList, Sandbox, SandboxError};
 use crate::hostrun::Kind;
 
 /// Deepest directory chain walked before giving up (a zone deeper than this is refused).
@@ -42,6 +42,9 @@ const WALK_ATTEMPTS: usize = 16;
 pub(crate) struct HostFiles {
     pub(super) roots: Vec<Option<(u64, u64)>>,
     pub(super) pinned: HashMap<(u64, u64), String>,
+    /// The writable areas that are a run's private copy (`copied`), with their copy's root
+    /// identity: a place in them is judged from that root, the area's prefix before it.
+    pub(super) copies: Vec<(AreaKey, (u64, u64))>,
 }
 
 impl HostFiles {
@@ -52,7 +55,7 @@ impl HostFiles {
             roots.resize(index + 1, None);
         }
         roots[index] = root;
-        HostFiles { roots, pinned: self.pinned.clone() }
+        HostFiles { roots, pinned: self.pinned.clone(), copies: self.copies.clone() }
     }
 }
 
@@ -147,7 +150,7 @@ impl Sandbox {
     /// (device, inode) and the entry that protects each: the tool service refuses to write
     /// into them wherever they have been moved since.
     pub fn pinning(mut self, pinned: impl IntoIterator<Item = ((u64, u64), String)>) -> Sandbox {
-        let mut next = HostFiles { roots: self.hostfiles.roots.clone(), pinned: self.hostfiles.pinned.clone() };
+        let mut next = HostFiles { roots: self.hostfiles.roots.clone(), pinned: self.hostfiles.pinned.clone(), copies: self.hostfiles.copies.clone() };
         next.pinned.extend(pinned);
         self.hostfiles = Arc::new(next);
         self
@@ -171,12 +174,24 @@ impl Sandbox {
             path: show(shown),
             message: format!("workcell cannot tell where it is in its zone ({why}), so it does not change it"),
         };
-        let Some(root) = self.hostfiles.roots.get(vp.mount).copied().flatten() else { return Err(lost("the zone's directory cannot be read")) };
+        // In a run's private copy of the zone, the walk ends at the copy's root: the area's
+        // prefix is the place of that root in the zone.
+        let copy = self
+            .hostfiles
+            .copies
+            .iter()
+            .filter(|(k, _)| k.mount == vp.mount && k.prefix.len() <= depth && vp.rel.starts_with(&k.prefix))
+            .max_by_key(|(k, _)| k.prefix.len());
+        let (base, root) = match copy {
+            Some((k, id)) => (k.prefix.as_slice(), Some(*id)),
+            None => (&[][..], self.hostfiles.roots.get(vp.mount).copied().flatten()),
+        };
+        let Some(root) = root else { return Err(lost("the zone's directory cannot be read")) };
         // A directory renamed during the walk loses its name for a moment: walked again, a
         // few times, before the caller is told to try again.
         let mut attempt = 0;
         let (levels, root_fd) = loop {
-            match walk(dir.as_fd(), root, &vp.rel[..depth]) {
+            match walk(dir.as_fd(), root, &vp.rel[base.len()..depth]) {
                 Ok(found) => break found,
                 Err(Lost::Moved) if attempt < WALK_ATTEMPTS => attempt += 1,
                 Err(Lost::Moved) => {
@@ -205,10 +220,12 @@ impl Sandbox {
         // Every name as it is on disk, and as it is judged (git directories as `.git`).
         // A zone that is a repository's `.git`, or a bare repository.
         let root_git = crate::hostrun::is_git_dir(root_fd.as_fd());
-        let mut physical: Vec<OsString> = Vec::new();
+        let mut physical: Vec<OsString> = base.iter().map(OsString::from).collect();
         let mut judged = PathBuf::new();
-        if root_git {
-            judged.push(".git");
+        match base.split_last() {
+            Some((_, above)) if root_git => judged.extend(above.iter().map(String::as_str).chain([".git"])),
+            _ if root_git => judged.push(".git"),
+            _ => judged.extend(base),
         }
         for l in &levels {
             physical.push(l.name.clone());

@@ -10,6 +10,7 @@
 //! opening it, so a symlink swapped in between cannot lead outside.
 
 mod bytes;
+mod copied;
 mod derive;
 mod error;
 mod expand;
@@ -35,6 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::egress::Access;
 use crate::identity::Identity;
+pub use copied::CopiedArea;
 use derive::minimise;
 pub use derive::{DeriveSpec, ZoneRequest};
 use error::show;
@@ -202,6 +204,8 @@ pub struct Sandbox {
     /// Whose rights the file I/O of this sandbox uses: the worker's (see
     /// [`Sandbox::acting_as`]); workcell's own until a run or `workcell mcp` says whose.
     identity: Identity,
+    /// The mounts (by index) whose areas are a run's private copies (see `copied`).
+    copied: Arc<Vec<usize>>,
 }
 
 impl Sandbox {
@@ -239,6 +243,7 @@ impl Sandbox {
             hostfiles,
             hostrun: Arc::default(),
             identity: Identity::Own,
+            copied: Arc::default(),
         })
     }
 
@@ -255,6 +260,7 @@ impl Sandbox {
             hostfiles: self.hostfiles.clone(),
             hostrun: self.hostrun.clone(),
             identity: self.identity,
+            copied: self.copied.clone(),
         }
     }
 

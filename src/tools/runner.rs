@@ -10,7 +10,7 @@ use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, T
 use crate::backend::{self, BackendError, Finished, Output};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
-use crate::run::{RunError, Services, Session, Spec};
+use crate::run::{Review, RunError, Services, Session, Spec};
 use crate::sandbox::Sandbox;
 
 /// Runs commands on a backend chosen like `workcell run` chooses.
@@ -31,6 +31,9 @@ pub struct BackendRunner {
     /// The Docker runtime of the run this runner serves: its shell commands and child
     /// workers run under the same (`plan::runtime`).
     pub runtime: Option<String>,
+    /// How the run this runner serves shows and approves its copy-delivered results
+    /// (`--review`, `--json`): its shell commands and child workers inherit it.
+    pub review: Review,
 }
 
 /// The run's timeout has passed: nothing more is started in it.
@@ -83,12 +86,26 @@ fn text_of(mut bytes: Vec<u8>, mut cut: u64) -> (String, u64) {
 
 impl BackendRunner {
     pub fn new(project: Arc<Project>, choice: BackendChoice, mode: ApprovalMode) -> BackendRunner {
-        BackendRunner { project, choice, mode, exec_in: Arc::new(OnceLock::new()), limits: Limits::default(), deadline: None, runtime: None }
+        BackendRunner {
+            project,
+            choice,
+            mode,
+            exec_in: Arc::new(OnceLock::new()),
+            limits: Limits::default(),
+            deadline: None,
+            runtime: None,
+            review: Review::default(),
+        }
     }
 
     /// This runner for a run with `limits` that starts now.
     pub fn serving(self, limits: Limits) -> BackendRunner {
         BackendRunner { limits, deadline: limits.timeout.map(|t| Instant::now() + t), ..self }
+    }
+
+    /// This runner with `review` for the copy-delivered results of its runs.
+    pub fn reviewing(self, review: Review) -> BackendRunner {
+        BackendRunner { review, ..self }
     }
 
     /// This runner for a run under the Docker runtime `runtime` (`None`: the daemon's default).
