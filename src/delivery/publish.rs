@@ -281,8 +281,9 @@ impl Changes {
 
     /// Writes the accepted changes beneath `zone`, each on its own: a change that fails is
     /// named with its error and the others still land. Deletions are made only when every
-    /// write landed (a file the worker moved must not vanish because its new name could not
-    /// be written). The summary says exactly what is on the host.
+    /// write landed: a file the worker moved must not vanish because its new name could not
+    /// be written, whether the write failed or met a host change made during the publish (a
+    /// conflict). The summary says exactly what is on the host.
     pub fn publish(self, zone: impl AsFd, staging: &Staging) -> Summary {
         let zone = zone.as_fd();
         let mut s = self.fixed();
@@ -292,6 +293,9 @@ impl Changes {
         };
         let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
         let mut landed = 0usize;
+        // A write that met a host change here: the plan the person accepted is broken as
+        // much as by a failed write.
+        let mut conflicted = false;
         for path in &self.mkdirs {
             let mut full = path.clone();
             full.push(".".into());
@@ -316,15 +320,27 @@ impl Changes {
                     record(&mut s, &Entry { op: if seen.is_some() { Op::Change } else { Op::Add }, path, file: Some(f) });
                     landed += 1;
                 }
-                Ok(Outcome::Conflict) => s.conflicts.name(&show(path, false)),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, false)),
+                Ok(Outcome::Conflict) => {
+                    conflicted = true;
+                    s.conflicts.name(&show(path, false))
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => {
+                    conflicted = true;
+                    s.conflicts.name(&show(path, false))
+                }
                 Err(e) => s.failed.fail(&show(path, false), e.to_string()),
             }
         }
-        let writes_failed = !s.failed.is_empty();
+        let hold = if !s.failed.is_empty() {
+            Some("another change did not land")
+        } else if conflicted {
+            Some("another change met a host change during the publish")
+        } else {
+            None
+        };
         for path in &self.deletes {
-            if writes_failed {
-                s.failed.fail(&show(path, false), "not deleted: another change did not land, and the worker may have moved this file there".into());
+            if let Some(why) = hold {
+                s.failed.fail(&show(path, false), format!("not deleted: {why}, and the worker may have moved this file there"));
                 continue;
             }
             let done = parent(zone, path, None).and_then(|dir| {
@@ -342,7 +358,8 @@ impl Changes {
             }
         }
         for path in &self.rmdirs {
-            if writes_failed {
+            if let Some(why) = hold {
+                s.failed.fail(&show(path, true), format!("not removed: {why}"));
                 continue;
             }
             let Ok(dir) = parent(zone, path, None) else { continue };

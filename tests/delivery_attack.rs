@@ -1,0 +1,103 @@
+//! Attacks on the publish of `delivery: copy` (issue 25 review): a host that changes the zone
+//! while a checked plan is being published (as during a review), against the promise that
+//! a file the worker moved never vanishes because its new name could not be written.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use workcell::delivery::collect::{collect_tar, Staging};
+use workcell::delivery::{baseline, publish, Policy, Status, Summary};
+use workcell::plan::UserSpec;
+
+struct Zone {
+    _tmp: tempfile::TempDir,
+    zone: PathBuf,
+}
+
+fn zone(files: &[(&str, &str)]) -> Zone {
+    let tmp = tempfile::tempdir().unwrap();
+    let zone = fs::canonicalize(tmp.path()).unwrap().join("zone");
+    fs::create_dir(&zone).unwrap();
+    for (p, body) in files {
+        let p = zone.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, body).unwrap();
+    }
+    Zone { _tmp: tmp, zone }
+}
+
+fn me() -> UserSpec {
+    UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() }
+}
+
+/// A tar stream of plain files (directories implied).
+fn archive(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (p, body) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, p, body.as_bytes()).unwrap();
+    }
+    b.into_inner().unwrap()
+}
+
+/// Takes the copy of `z`, checks the worker's tree `worker`, lets `host` change the zone
+/// between the check and the publish, then publishes.
+fn publish_with(z: &Zone, worker: &[(&str, &str)], host: impl FnOnce(&Path)) -> Summary {
+    let handle = fs::File::open(&z.zone).unwrap();
+    let copy = baseline::copy_in(&handle, "zone", me()).unwrap();
+    let mut staging = Staging::new().unwrap();
+    let collected = collect_tar(&archive(worker)[..], &Policy::default(), &mut staging).unwrap();
+    let changes = publish::diff("zone", &handle, &copy.baseline, &collected);
+    host(&z.zone);
+    changes.publish(&handle, &staging)
+}
+
+fn failed(s: &Summary) -> Vec<&str> {
+    s.failed.iter().map(|f| f.path.as_str()).collect()
+}
+
+/// The worker renamed `notes/a.md` to `b.md` (and removed `notes/`); the person saw and
+/// accepted "added b.md, deleted notes/a.md, dir gone notes/". While that was published
+/// the host made its own `b.md`: the worker's `b.md` is a conflict, so the document must not
+/// also lose its old name (it would then be nowhere), and the summary names every deletion
+/// held back, directories included.
+#[test]
+fn a_moved_file_whose_new_name_conflicts_at_publish_keeps_its_old_name() {
+    let z = zone(&[("notes/a.md", "the only copy"), ("c.md", "c")]);
+    let s = publish_with(&z, &[("b.md", "the only copy"), ("c.md", "c2")], |zone| fs::write(zone.join("b.md"), "host's own b").unwrap());
+    eprintln!("{}", s.text());
+    assert_eq!(fs::read_to_string(z.zone.join("b.md")).unwrap(), "host's own b", "the host's new file was overwritten");
+    assert_eq!(s.conflicts.shown(), ["b.md"], "{s:?}");
+    assert_eq!(fs::read_to_string(z.zone.join("notes/a.md")).unwrap(), "the only copy", "the moved file vanished: {s:?}");
+    assert!(s.deleted.is_empty() && s.dirs_deleted.is_empty(), "{s:?}");
+    assert_eq!(failed(&s), ["notes/a.md", "notes/"], "every held deletion is named: {s:?}");
+    assert_eq!(fs::read_to_string(z.zone.join("c.md")).unwrap(), "c2", "an unrelated change still lands");
+    assert_eq!(s.status, Status::Partial, "{s:?}");
+}
+
+/// The same hold for a changed file: the worker moved `a.md` to `b.md`, which it also found
+/// there (so it is a change of `b.md`), and the host edited `b.md` during the publish.
+#[test]
+fn a_moved_file_over_a_changed_name_that_conflicts_keeps_its_old_name() {
+    let z = zone(&[("a.md", "moved text"), ("b.md", "old b")]);
+    let s = publish_with(&z, &[("b.md", "moved text")], |zone| fs::write(zone.join("b.md"), "host edit of b").unwrap());
+    assert_eq!(fs::read_to_string(z.zone.join("b.md")).unwrap(), "host edit of b");
+    assert_eq!(s.conflicts.shown(), ["b.md"], "{s:?}");
+    assert_eq!(fs::read_to_string(z.zone.join("a.md")).unwrap(), "moved text", "the moved file vanished: {s:?}");
+    assert_eq!(failed(&s), ["a.md"], "{s:?}");
+    assert_eq!(s.status, Status::Withheld, "nothing landed: {s:?}");
+}
+
+/// The same hold when the new name lies in a new directory and the host put a file where
+/// that directory goes.
+#[test]
+fn a_moved_file_whose_new_directory_conflicts_keeps_its_old_name() {
+    let z = zone(&[("a.md", "moved text")]);
+    let s = publish_with(&z, &[("new/b.md", "moved text")], |zone| fs::write(zone.join("new"), "host file").unwrap());
+    assert_eq!(fs::read_to_string(z.zone.join("new")).unwrap(), "host file");
+    assert_eq!(fs::read_to_string(z.zone.join("a.md")).unwrap(), "moved text", "the moved file vanished: {s:?}");
+    assert_eq!(failed(&s), ["a.md"], "{s:?}");
+}
