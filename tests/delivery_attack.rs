@@ -101,3 +101,23 @@ fn a_moved_file_whose_new_directory_conflicts_keeps_its_old_name() {
     assert_eq!(fs::read_to_string(z.zone.join("a.md")).unwrap(), "moved text", "the moved file vanished: {s:?}");
     assert_eq!(failed(&s), ["a.md"], "{s:?}");
 }
+
+/// Invisible format characters beyond the bidirectional and zero-width ones (a soft hyphen,
+/// a tag character, the deprecated shaping controls, an interlinear annotation anchor, the
+/// Mongolian vowel separator, a Hangul filler) make one name read as another in a review
+/// ("added README.md" beside "changed README.md"): refused as names, never shown raw.
+#[test]
+fn invisible_format_characters_are_refused_and_never_shown_raw() {
+    let tricks = ["rep\u{ad}ort.md", "README.md\u{e0020}", "a\u{206a}b.md", "c\u{fff9}d.md", "e\u{180e}f.md", "g\u{3164}h.md", "i\u{115f}j.md"];
+    let z = zone(&[("README.md", "old")]);
+    let worker: Vec<(&str, &str)> = tricks.iter().map(|n| (*n, "x")).chain([("README.md", "new")]).collect();
+    let s = publish_with(&z, &worker, |_| {});
+    let text = s.text();
+    let json = serde_json::to_string(&s).unwrap();
+    for t in tricks {
+        assert!(!z.zone.join(t).exists(), "{t:?} was published: {text}");
+        let c = t.chars().find(|c| !c.is_ascii()).unwrap();
+        assert!(!text.contains(c) && !json.contains(c), "{c:?} shown raw: {text}");
+    }
+    assert_eq!(s.refused.total(), tricks.len(), "{text}");
+}
