@@ -121,3 +121,20 @@ fn invisible_format_characters_are_refused_and_never_shown_raw() {
     }
     assert_eq!(s.refused.total(), tricks.len(), "{text}");
 }
+
+/// Names that differ from another only by spacing read the same in a summary ("changed
+/// README.md" and "added README.md " with a trailing space, or a no-break space inside):
+/// spacing a reader cannot see is shown as an escape.
+#[test]
+fn names_that_differ_only_by_invisible_spacing_read_differently() {
+    use workcell::delivery::summary::display;
+    for (spoof, real) in
+        [("README.md ", "README.md"), (" README.md", "README.md"), ("READ\u{a0}ME.md", "READ ME.md"), ("docs /a.md", "docs/a.md"), ("a\u{3000}b", "a b")]
+    {
+        let shown = display(spoof);
+        assert_ne!(shown.trim(), real, "{spoof:?} reads as {real:?}");
+        assert!(shown.chars().all(|c| c == ' ' || !c.is_whitespace()), "{spoof:?} shown with raw spacing: {shown:?}");
+        assert!(!shown.starts_with(' ') && !shown.ends_with(' ') && !shown.contains(" /"), "{spoof:?}: {shown:?}");
+    }
+    assert_eq!(display("my notes/a b.md"), "my notes/a b.md", "ordinary spaces inside a name stay");
+}
