@@ -30,14 +30,14 @@ fn me() -> UserSpec {
     UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() }
 }
 
-/// A tar stream of plain files (directories implied).
+/// A tar stream of plain files (directories implied), and directories (named with `/`).
 fn archive(files: &[(&str, &str)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (p, body) in files {
         let mut h = tar::Header::new_gnu();
         h.set_size(body.len() as u64);
-        h.set_mode(0o644);
-        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(if p.ends_with('/') { 0o755 } else { 0o644 });
+        h.set_entry_type(if p.ends_with('/') { tar::EntryType::Directory } else { tar::EntryType::Regular });
         b.append_data(&mut h, p, body.as_bytes()).unwrap();
     }
     b.into_inner().unwrap()
@@ -137,4 +137,35 @@ fn names_that_differ_only_by_invisible_spacing_read_differently() {
         assert!(!shown.starts_with(' ') && !shown.ends_with(' ') && !shown.contains(" /"), "{spoof:?}: {shown:?}");
     }
     assert_eq!(display("my notes/a b.md"), "my notes/a b.md", "ordinary spaces inside a name stay");
+}
+
+/// Takes the copy of `z`, checks the worker's tree `worker`, lets a reviewer keep only
+/// what `keep` says yes to, then publishes.
+fn publish_declining(z: &Zone, worker: &[(&str, &str)], keep: impl FnMut(&publish::Entry<'_>) -> bool) -> Summary {
+    let handle = fs::File::open(&z.zone).unwrap();
+    let copy = baseline::copy_in(&handle, "zone", me()).unwrap();
+    let mut staging = Staging::new().unwrap();
+    let collected = collect_tar(&archive(worker)[..], &Policy::default(), &mut staging).unwrap();
+    let mut changes = publish::diff("zone", &handle, &copy.baseline, &collected);
+    changes.decline(keep);
+    changes.publish(&handle, &staging)
+}
+
+/// A reviewer who says no to every file of a new directory (and yes to the rest) does not
+/// get the directory made anyway, empty, for files that never come; a new directory that
+/// keeps a file, or that the worker left empty, is still made.
+#[test]
+fn declining_every_file_of_a_new_directory_does_not_make_it() {
+    let z = zone(&[("keep.md", "k")]);
+    let worker = [("keep.md", "k"), ("new/deep/a.md", "a"), ("new/b.md", "b"), ("half/no.md", "n"), ("half/yes.md", "y"), ("empty/", ""), ("nest/inner/", "")];
+    let s = publish_declining(&z, &worker, |e| !matches!(e.path.last().map(String::as_str), Some("a.md" | "b.md" | "no.md")));
+    eprintln!("{}", s.text());
+    assert!(!z.zone.join("new").exists(), "a new directory was made for declined files only: {s:?}");
+    assert!(z.zone.join("half/yes.md").is_file() && !z.zone.join("half/no.md").exists());
+    let declined: Vec<&str> = s.declined.iter().map(String::as_str).collect();
+    for d in ["new/", "new/deep/", "new/deep/a.md", "new/b.md", "half/no.md"] {
+        assert!(declined.contains(&d), "{d} not named as declined: {s:?}");
+    }
+    assert_eq!(s.dirs_added.shown(), ["empty/", "half/", "nest/", "nest/inner/"], "{s:?}");
+    assert!(z.zone.join("empty").is_dir() && z.zone.join("nest/inner").is_dir(), "the worker's own empty directories are made");
 }

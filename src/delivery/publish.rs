@@ -4,6 +4,7 @@
 //! a reader of the zone sees the old file or the new one, never half of one. A host file
 //! that is no longer what the copy was taken from is a conflict, left as it is.
 
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -230,7 +231,8 @@ impl Changes {
     }
 
     /// Keeps the changes `keep` says yes to; the others are not published and the summary
-    /// names them as declined. A declined directory keeps what would go beneath it.
+    /// names them as declined. A declined directory keeps what would go beneath it, and a new
+    /// directory whose every entry was declined is declined with them (not made empty).
     pub fn decline(&mut self, mut keep: impl FnMut(&Entry<'_>) -> bool) {
         let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
         let mut no: Vec<Vec<String>> = Vec::new();
@@ -248,9 +250,32 @@ impl Changes {
             true
         };
         self.mkdirs.retain(|p| judge(Op::MakeDir, p, None, true));
+        let new_dirs: HashSet<Vec<String>> = self.mkdirs.iter().cloned().collect();
+        let had = holding(&new_dirs, self.writes.iter().map(|(p, _)| p.as_slice()).chain(self.mkdirs.iter().map(Vec::as_slice)));
         self.writes.retain(|(p, f)| judge(if files.contains_key(p) { Op::Change } else { Op::Add }, p, Some(f), false));
         self.deletes.retain(|p| judge(Op::Delete, p, None, false));
         self.rmdirs.retain(|p| judge(Op::RemoveDir, p, None, true));
+        // A new directory that had something of the plan beneath it and has nothing left
+        // (the reviewer said no to all of it) is not made either: nobody accepted anything
+        // for it. Deepest first, so that a parent whose only child directory goes goes too.
+        let mut alive = holding(&new_dirs, self.writes.iter().map(|(p, _)| p.as_slice()));
+        let mut order: Vec<usize> = (0..self.mkdirs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.mkdirs[i].len()));
+        let mut emptied = vec![false; self.mkdirs.len()];
+        for i in order {
+            let p = &self.mkdirs[i];
+            if had.contains(p) && !alive.contains(p) {
+                emptied[i] = true;
+                declined.name(&show(p, true));
+                continue;
+            }
+            alive.extend(holding(&new_dirs, std::iter::once(p.as_slice())));
+        }
+        let mut i = 0;
+        self.mkdirs.retain(|_| {
+            i += 1;
+            !emptied[i - 1]
+        });
     }
 
     /// What publishing would do, for a review (status `pending`, or `no_changes`).
@@ -385,6 +410,19 @@ impl Changes {
         };
         s
     }
+}
+
+/// The new directories (of `new_dirs`) that lie above one of `paths`.
+fn holding<'p>(new_dirs: &HashSet<Vec<String>>, paths: impl Iterator<Item = &'p [String]>) -> HashSet<Vec<String>> {
+    let mut out = HashSet::new();
+    for p in paths {
+        for n in 1..p.len() {
+            if new_dirs.contains(&p[..n]) {
+                out.insert(p[..n].to_vec());
+            }
+        }
+    }
+    out
 }
 
 /// Adds one change to the lists of `s`.
