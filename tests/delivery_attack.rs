@@ -169,3 +169,39 @@ fn declining_every_file_of_a_new_directory_does_not_make_it() {
     assert_eq!(s.dirs_added.shown(), ["empty/", "half/", "nest/", "nest/inner/"], "{s:?}");
     assert!(z.zone.join("empty").is_dir() && z.zone.join("nest/inner").is_dir(), "the worker's own empty directories are made");
 }
+
+/// A git directory assembled over two runs: the first published `evil/config` and
+/// `evil/hooks/pre-commit` (no `HEAD` yet, so not a git directory, nothing protected); the
+/// second adds what makes `evil` a (bare) git directory, which git then uses when anyone
+/// runs it inside `evil` (a shell prompt does): its config and hooks run on the host. What
+/// turns a directory with host config or hooks into a git directory is withheld, and nothing
+/// beneath a withheld `objects/` is written.
+#[test]
+fn what_turns_a_directory_with_config_into_a_git_directory_is_withheld() {
+    let z = zone(&[("evil/config", "[core]\n\tfsmonitor = touch /tmp/pwned\n"), ("evil/hooks/pre-commit", "#!/bin/sh\n"), ("evil/refs/heads/x", "")]);
+    let worker = [
+        ("evil/config", "[core]\n\tfsmonitor = touch /tmp/pwned\n"),
+        ("evil/hooks/pre-commit", "#!/bin/sh\n"),
+        ("evil/refs/heads/x", ""),
+        ("evil/HEAD", "ref: refs/heads/x\n"),
+        ("evil/objects/info/packs", ""),
+        ("evil/commondir", "."),
+        ("fine/HEAD", "a file called HEAD in a directory without git internals"),
+    ];
+    let handle = fs::File::open(&z.zone).unwrap();
+    let copy = baseline::copy_in(&handle, "zone", me()).unwrap();
+    let mut staging = Staging::new().unwrap();
+    let collected = collect_tar(&archive(&worker)[..], &Policy::default(), &mut staging).unwrap();
+    let mut changes = publish::diff("zone", &handle, &copy.baseline, &collected);
+    changes.withhold_hostrun(&collected, &workcell::hostrun::Protection::default());
+    let s = changes.publish(&handle, &staging);
+    eprintln!("{}", s.text());
+    for made in ["evil/HEAD", "evil/objects", "evil/commondir"] {
+        assert!(!z.zone.join(made).exists(), "{made} was published: evil/ is now a git directory with the host's config");
+    }
+    assert!(z.zone.join("fine/HEAD").is_file(), "an unrelated HEAD file is published");
+    let refused: Vec<&str> = s.refused.iter().map(|r| r.path.as_str()).collect();
+    for r in ["evil/HEAD", "evil/commondir", "evil/objects/"] {
+        assert!(refused.contains(&r), "{r} not named as refused: {refused:?}");
+    }
+}

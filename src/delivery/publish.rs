@@ -181,16 +181,40 @@ impl Changes {
             }
             crate::sandbox::matches_any_case(protection, &judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
         };
+        // What makes a directory a git directory (`HEAD`, `commondir`, `objects/`), new here,
+        // in one that is not a git directory on the host but holds config or hooks there
+        // (published by an earlier run, when they were nothing to git): git would run them
+        // for anyone in that directory (a shell prompt's `git status`). The entry that
+        // protects what is inside is the one named.
+        let base_git = |d: &[String]| {
+            let with = |n: &str| d.iter().cloned().chain([n.to_string()]).collect::<Vec<_>>();
+            base.files.contains_key(&with("HEAD")) && (base.dirs.contains(&with("objects")) || base.files.contains_key(&with("commondir")))
+        };
+        let maker = |path: &[String]| -> Option<String> {
+            (0..path.len()).find_map(|i| {
+                let (d, n, last) = (&path[..i], path[i].as_str(), i + 1 == path.len());
+                let makes = n == "objects" || (last && (n == "HEAD" || n == "commondir"));
+                let new = !base.files.contains_key(&path[..=i]) && !base.dirs.contains(&path[..=i]);
+                if !makes || !new || !is_git(d) || base_git(d) {
+                    return None;
+                }
+                crate::hostrun::GIT_DIR_INSIDE.iter().find_map(|inside| {
+                    let p: Vec<String> = d.iter().cloned().chain([inside.to_string()]).collect();
+                    let dir = base.dirs.contains(&p);
+                    (dir || base.files.contains_key(&p)).then(|| entry(&p, dir)).flatten()
+                })
+            })
+        };
         let show = |p: &[String]| p.join("/");
         let refused = &mut self.refused;
-        self.writes.retain(|(path, _)| match entry(path, false) {
+        self.writes.retain(|(path, _)| match entry(path, false).or_else(|| maker(path)) {
             Some(entry) => {
                 refused.refuse(&show(path), Reason::Protected { entry });
                 false
             }
             None => true,
         });
-        self.mkdirs.retain(|path| match entry(path, true) {
+        self.mkdirs.retain(|path| match entry(path, true).or_else(|| maker(path)) {
             Some(entry) => {
                 refused.refuse(&format!("{}/", show(path)), Reason::Protected { entry });
                 false
