@@ -436,14 +436,14 @@ impl Changes {
     }
 }
 
-/// The new directories (of `new_dirs`) that lie above one of `paths`.
+/// The new directories (of `new_dirs`) that directly hold one of `paths`. Only the parent
+/// is looked up (a deeper ancestor holds the parent, itself a new directory): hashing every
+/// ancestor of 100,000 deep names would cost the square of their length.
 fn holding<'p>(new_dirs: &HashSet<Vec<String>>, paths: impl Iterator<Item = &'p [String]>) -> HashSet<Vec<String>> {
     let mut out = HashSet::new();
     for p in paths {
-        for n in 1..p.len() {
-            if new_dirs.contains(&p[..n]) {
-                out.insert(p[..n].to_vec());
-            }
+        if let Some((_, parent)) = p.split_last().filter(|(_, parent)| new_dirs.contains(*parent)) {
+            out.insert(parent.to_vec());
         }
     }
     out
