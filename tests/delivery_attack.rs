@@ -205,3 +205,20 @@ fn what_turns_a_directory_with_config_into_a_git_directory_is_withheld() {
         assert!(refused.contains(&r), "{r} not named as refused: {refused:?}");
     }
 }
+
+/// The worker replaced the directory `d` by a file `d`. The host did not change anything:
+/// the summary must not say so ("changed on the host during the run"), and the worker's
+/// half-change must not empty the host's directory while its file is not written. It is
+/// refused (a file where a directory is), and the host's `d/` stays as it is.
+#[test]
+fn a_directory_the_worker_replaced_by_a_file_is_refused_not_a_host_conflict() {
+    let z = zone(&[("d/x.md", "x"), ("d/sub/y.md", "y"), ("other.md", "o")]);
+    let s = publish_with(&z, &[("d", "now a file"), ("other.md", "o2")], |_| {});
+    eprintln!("{}", s.text());
+    assert!(s.conflicts.is_empty(), "a host change was reported that never happened: {s:?}");
+    assert!(s.refused.iter().any(|r| r.path == "d" && r.reason == workcell::delivery::Reason::TypeClash), "{s:?}");
+    assert_eq!(fs::read_to_string(z.zone.join("d/x.md")).unwrap(), "x");
+    assert_eq!(fs::read_to_string(z.zone.join("d/sub/y.md")).unwrap(), "y");
+    assert!(s.deleted.is_empty() && s.dirs_deleted.is_empty(), "{s:?}");
+    assert_eq!(fs::read_to_string(z.zone.join("other.md")).unwrap(), "o2");
+}

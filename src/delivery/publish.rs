@@ -4,7 +4,7 @@
 //! a reader of the zone sees the old file or the new one, never half of one. A host file
 //! that is no longer what the copy was taken from is a conflict, left as it is.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -102,6 +102,8 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
     let zone = zone.as_fd();
     let mut c = Changes { zone: zone_name.to_string(), refused: collected.refusals(), not_copied: baseline.not_copied_names(), ..Changes::default() };
     let show = |p: &[String]| p.join("/");
+    let mut clashed: BTreeSet<Vec<String>> = BTreeSet::new();
+    let beneath_clash = |clashed: &BTreeSet<Vec<String>>, p: &[String]| !clashed.is_empty() && (1..=p.len()).any(|n| clashed.contains(&p[..n]));
     for (path, f) in &collected.files {
         // The worker never had what it could not read: nothing it leaves there replaces it.
         if baseline.beneath_not_copied(path) {
@@ -110,6 +112,13 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         }
         let before = baseline.files.get(path);
         if before.is_some_and(|s| s.sha256 == f.sha256 && s.executable == f.executable) {
+            continue;
+        }
+        // A file where the copy had a directory: the worker's change of type, not the
+        // host's. Refused like a link in its place, and the host's directory stays whole.
+        if before.is_none() && baseline.dirs.contains(path) {
+            c.refused.refuse(&show(path), Reason::TypeClash);
+            clashed.insert(path.clone());
             continue;
         }
         let now = host_state(zone, path);
@@ -132,7 +141,7 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         c.mkdirs.push(path.clone());
     }
     for (path, seen) in &baseline.files {
-        if collected.files.contains_key(path) || collected.dirs.contains(path) || collected.covered_by_refusal(path) {
+        if collected.files.contains_key(path) || collected.dirs.contains(path) || collected.covered_by_refusal(path) || beneath_clash(&clashed, path) {
             continue;
         }
         match host_state(zone, path) {
@@ -142,7 +151,8 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         }
     }
     // Directories the worker removed, deepest first; one the host filled meanwhile stays.
-    let mut gone: Vec<_> = baseline.dirs.iter().filter(|d| !collected.dirs.contains(*d) && !collected.covered_by_refusal(d)).cloned().collect();
+    let mut gone: Vec<_> =
+        baseline.dirs.iter().filter(|d| !collected.dirs.contains(*d) && !collected.covered_by_refusal(d) && !beneath_clash(&clashed, d)).cloned().collect();
     gone.sort_by_key(|d| std::cmp::Reverse(d.len()));
     c.rmdirs = gone;
     c.baseline = baseline.clone();
