@@ -14,7 +14,39 @@ use std::fmt::Write;
 /// embeddings, overrides and isolates, zero-width joiners and marks, line/paragraph separators,
 /// and the byte-order mark.
 fn is_layout_format(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}' | '\u{061C}')
+    // Every format character (Unicode category Cf: bidirectional controls, zero-width ones,
+    // the soft hyphen, tag characters, shaping controls, annotation anchors…) and the
+    // fillers and joiners that draw nothing (Hangul fillers, the combining grapheme joiner,
+    // Khmer inherent vowels): each can make one name read as another. Variation selectors
+    // stay: they are part of ordinary emoji.
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{0600}'..='\u{0605}'
+            | '\u{061C}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0001}'
+            | '\u{E0020}'..='\u{E007F}'
+    )
 }
 
 /// True for characters [`escape`] rewrites.

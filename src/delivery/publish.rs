@@ -4,6 +4,7 @@
 //! a reader of the zone sees the old file or the new one, never half of one. A host file
 //! that is no longer what the copy was taken from is a conflict, left as it is.
 
+use std::collections::{BTreeSet, HashSet};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -101,6 +102,8 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
     let zone = zone.as_fd();
     let mut c = Changes { zone: zone_name.to_string(), refused: collected.refusals(), not_copied: baseline.not_copied_names(), ..Changes::default() };
     let show = |p: &[String]| p.join("/");
+    let mut clashed: BTreeSet<Vec<String>> = BTreeSet::new();
+    let beneath_clash = |clashed: &BTreeSet<Vec<String>>, p: &[String]| !clashed.is_empty() && (1..=p.len()).any(|n| clashed.contains(&p[..n]));
     for (path, f) in &collected.files {
         // The worker never had what it could not read: nothing it leaves there replaces it.
         if baseline.beneath_not_copied(path) {
@@ -109,6 +112,13 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         }
         let before = baseline.files.get(path);
         if before.is_some_and(|s| s.sha256 == f.sha256 && s.executable == f.executable) {
+            continue;
+        }
+        // A file where the copy had a directory: the worker's change of type, not the
+        // host's. Refused like a link in its place, and the host's directory stays whole.
+        if before.is_none() && baseline.dirs.contains(path) {
+            c.refused.refuse(&show(path), Reason::TypeClash);
+            clashed.insert(path.clone());
             continue;
         }
         let now = host_state(zone, path);
@@ -131,7 +141,7 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         c.mkdirs.push(path.clone());
     }
     for (path, seen) in &baseline.files {
-        if collected.files.contains_key(path) || collected.dirs.contains(path) || collected.covered_by_refusal(path) {
+        if collected.files.contains_key(path) || collected.dirs.contains(path) || collected.covered_by_refusal(path) || beneath_clash(&clashed, path) {
             continue;
         }
         match host_state(zone, path) {
@@ -141,7 +151,8 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         }
     }
     // Directories the worker removed, deepest first; one the host filled meanwhile stays.
-    let mut gone: Vec<_> = baseline.dirs.iter().filter(|d| !collected.dirs.contains(*d) && !collected.covered_by_refusal(d)).cloned().collect();
+    let mut gone: Vec<_> =
+        baseline.dirs.iter().filter(|d| !collected.dirs.contains(*d) && !collected.covered_by_refusal(d) && !beneath_clash(&clashed, d)).cloned().collect();
     gone.sort_by_key(|d| std::cmp::Reverse(d.len()));
     c.rmdirs = gone;
     c.baseline = baseline.clone();
@@ -180,16 +191,40 @@ impl Changes {
             }
             crate::sandbox::matches_any_case(protection, &judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
         };
+        // What makes a directory a git directory (`HEAD`, `commondir`, `objects/`), new here,
+        // in one that is not a git directory on the host but holds config or hooks there
+        // (published by an earlier run, when they were nothing to git): git would run them
+        // for anyone in that directory (a shell prompt's `git status`). The entry that
+        // protects what is inside is the one named.
+        let base_git = |d: &[String]| {
+            let with = |n: &str| d.iter().cloned().chain([n.to_string()]).collect::<Vec<_>>();
+            base.files.contains_key(&with("HEAD")) && (base.dirs.contains(&with("objects")) || base.files.contains_key(&with("commondir")))
+        };
+        let maker = |path: &[String]| -> Option<String> {
+            (0..path.len()).find_map(|i| {
+                let (d, n, last) = (&path[..i], path[i].as_str(), i + 1 == path.len());
+                let makes = n == "objects" || (last && (n == "HEAD" || n == "commondir"));
+                let new = !base.files.contains_key(&path[..=i]) && !base.dirs.contains(&path[..=i]);
+                if !makes || !new || !is_git(d) || base_git(d) {
+                    return None;
+                }
+                crate::hostrun::GIT_DIR_INSIDE.iter().find_map(|inside| {
+                    let p: Vec<String> = d.iter().cloned().chain([inside.to_string()]).collect();
+                    let dir = base.dirs.contains(&p);
+                    (dir || base.files.contains_key(&p)).then(|| entry(&p, dir)).flatten()
+                })
+            })
+        };
         let show = |p: &[String]| p.join("/");
         let refused = &mut self.refused;
-        self.writes.retain(|(path, _)| match entry(path, false) {
+        self.writes.retain(|(path, _)| match entry(path, false).or_else(|| maker(path)) {
             Some(entry) => {
                 refused.refuse(&show(path), Reason::Protected { entry });
                 false
             }
             None => true,
         });
-        self.mkdirs.retain(|path| match entry(path, true) {
+        self.mkdirs.retain(|path| match entry(path, true).or_else(|| maker(path)) {
             Some(entry) => {
                 refused.refuse(&format!("{}/", show(path)), Reason::Protected { entry });
                 false
@@ -230,7 +265,8 @@ impl Changes {
     }
 
     /// Keeps the changes `keep` says yes to; the others are not published and the summary
-    /// names them as declined. A declined directory keeps what would go beneath it.
+    /// names them as declined. A declined directory keeps what would go beneath it, and a new
+    /// directory whose every entry was declined is declined with them (not made empty).
     pub fn decline(&mut self, mut keep: impl FnMut(&Entry<'_>) -> bool) {
         let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
         let mut no: Vec<Vec<String>> = Vec::new();
@@ -248,9 +284,32 @@ impl Changes {
             true
         };
         self.mkdirs.retain(|p| judge(Op::MakeDir, p, None, true));
+        let new_dirs: HashSet<Vec<String>> = self.mkdirs.iter().cloned().collect();
+        let had = holding(&new_dirs, self.writes.iter().map(|(p, _)| p.as_slice()).chain(self.mkdirs.iter().map(Vec::as_slice)));
         self.writes.retain(|(p, f)| judge(if files.contains_key(p) { Op::Change } else { Op::Add }, p, Some(f), false));
         self.deletes.retain(|p| judge(Op::Delete, p, None, false));
         self.rmdirs.retain(|p| judge(Op::RemoveDir, p, None, true));
+        // A new directory that had something of the plan beneath it and has nothing left
+        // (the reviewer said no to all of it) is not made either: nobody accepted anything
+        // for it. Deepest first, so that a parent whose only child directory goes goes too.
+        let mut alive = holding(&new_dirs, self.writes.iter().map(|(p, _)| p.as_slice()));
+        let mut order: Vec<usize> = (0..self.mkdirs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(self.mkdirs[i].len()));
+        let mut emptied = vec![false; self.mkdirs.len()];
+        for i in order {
+            let p = &self.mkdirs[i];
+            if had.contains(p) && !alive.contains(p) {
+                emptied[i] = true;
+                declined.name(&show(p, true));
+                continue;
+            }
+            alive.extend(holding(&new_dirs, std::iter::once(p.as_slice())));
+        }
+        let mut i = 0;
+        self.mkdirs.retain(|_| {
+            i += 1;
+            !emptied[i - 1]
+        });
     }
 
     /// What publishing would do, for a review (status `pending`, or `no_changes`).
@@ -281,8 +340,9 @@ impl Changes {
 
     /// Writes the accepted changes beneath `zone`, each on its own: a change that fails is
     /// named with its error and the others still land. Deletions are made only when every
-    /// write landed (a file the worker moved must not vanish because its new name could not
-    /// be written). The summary says exactly what is on the host.
+    /// write landed: a file the worker moved must not vanish because its new name could not
+    /// be written, whether the write failed or met a host change made during the publish (a
+    /// conflict). The summary says exactly what is on the host.
     pub fn publish(self, zone: impl AsFd, staging: &Staging) -> Summary {
         let zone = zone.as_fd();
         let mut s = self.fixed();
@@ -292,6 +352,9 @@ impl Changes {
         };
         let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
         let mut landed = 0usize;
+        // A write that met a host change here: the plan the person accepted is broken as
+        // much as by a failed write.
+        let mut conflicted = false;
         for path in &self.mkdirs {
             let mut full = path.clone();
             full.push(".".into());
@@ -316,15 +379,27 @@ impl Changes {
                     record(&mut s, &Entry { op: if seen.is_some() { Op::Change } else { Op::Add }, path, file: Some(f) });
                     landed += 1;
                 }
-                Ok(Outcome::Conflict) => s.conflicts.name(&show(path, false)),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, false)),
+                Ok(Outcome::Conflict) => {
+                    conflicted = true;
+                    s.conflicts.name(&show(path, false))
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => {
+                    conflicted = true;
+                    s.conflicts.name(&show(path, false))
+                }
                 Err(e) => s.failed.fail(&show(path, false), e.to_string()),
             }
         }
-        let writes_failed = !s.failed.is_empty();
+        let hold = if !s.failed.is_empty() {
+            Some("another change did not land")
+        } else if conflicted {
+            Some("another change met a host change during the publish")
+        } else {
+            None
+        };
         for path in &self.deletes {
-            if writes_failed {
-                s.failed.fail(&show(path, false), "not deleted: another change did not land, and the worker may have moved this file there".into());
+            if let Some(why) = hold {
+                s.failed.fail(&show(path, false), format!("not deleted: {why}, and the worker may have moved this file there"));
                 continue;
             }
             let done = parent(zone, path, None).and_then(|dir| {
@@ -342,7 +417,8 @@ impl Changes {
             }
         }
         for path in &self.rmdirs {
-            if writes_failed {
+            if let Some(why) = hold {
+                s.failed.fail(&show(path, true), format!("not removed: {why}"));
                 continue;
             }
             let Ok(dir) = parent(zone, path, None) else { continue };
@@ -368,6 +444,19 @@ impl Changes {
         };
         s
     }
+}
+
+/// The new directories (of `new_dirs`) that directly hold one of `paths`. Only the parent
+/// is looked up (a deeper ancestor holds the parent, itself a new directory): hashing every
+/// ancestor of 100,000 deep names would cost the square of their length.
+fn holding<'p>(new_dirs: &HashSet<Vec<String>>, paths: impl Iterator<Item = &'p [String]>) -> HashSet<Vec<String>> {
+    let mut out = HashSet::new();
+    for p in paths {
+        if let Some((_, parent)) = p.split_last().filter(|(_, parent)| new_dirs.contains(*parent)) {
+            out.insert(parent.to_vec());
+        }
+    }
+    out
 }
 
 /// Adds one change to the lists of `s`.

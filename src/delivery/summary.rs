@@ -17,15 +17,33 @@ pub const NAME_SHOWN: usize = 200;
 
 /// `raw` escaped for a terminal and cut to [`NAME_SHOWN`] characters.
 pub fn display(raw: &str) -> String {
-    let e = crate::term::escape(raw);
+    let e = visible_spacing(&crate::term::escape(raw));
     let n = e.chars().count();
     if n <= NAME_SHOWN {
-        return e.into_owned();
+        return e;
     }
     let (head, tail) = (NAME_SHOWN * 2 / 3, NAME_SHOWN / 3);
     let h: String = e.chars().take(head).collect();
     let t: String = e.chars().skip(n - tail).collect();
     format!("{h}[…{} characters…]{t}", n - head - tail)
+}
+
+/// `s` with the spacing a reader cannot see written as escapes: spaces other than the plain
+/// one (a no-break space reads as a space), and plain spaces at either end of a component
+/// (`README.md ` reads as `README.md`). Spaces inside a component stay.
+fn visible_spacing(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let edge = |j: Option<usize>| j.and_then(|j| chars.get(j)).is_none_or(|n| *n == '/');
+        let hidden = if c == ' ' { edge(i.checked_sub(1)) || edge(Some(i + 1)) } else { c.is_whitespace() };
+        if hidden {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The first [`SHOWN`] items of a category and how many there were in all.
