@@ -112,6 +112,11 @@ mod body {
         let ra = r["call_request_access"]["text"].as_str().unwrap_or("");
         assert!(r["call_request_access"]["error"] == true && ra.contains("sandbox.dynamic: true") && ra.contains("Tools: read_file"), "{ra}");
         assert!(r["call_no_such_tool"]["text"].as_str().unwrap_or("").contains("there is no tool 'no_such_tool'"));
+        // ...and audited as such.
+        let log = std::fs::read_to_string(tmp.path().join(".workcell/audit.jsonl")).expect("audit log");
+        let unavailable =
+            log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|e| e["event"] == "tool_call" && e["kind"] == "unavailable").count();
+        assert_eq!(unavailable, 3, "{log}");
     }
 
     /// With workers, dynamic expansion and the network on, call_worker and request_access

@@ -194,6 +194,8 @@ impl ServerHandler for McpServer {
         if let Some(why) = service.unavailable(&name) {
             let listed = service.available_tools().join(", ");
             let text = format!("[unavailable] the tool '{}' is not available in this session: {why}. Tools: {listed}", crate::term::escape(&name));
+            // Audited like any refused call: an agent probing for tools shows in the log.
+            let _ = service.audit().record("tool_call", serde_json::json!({"tool": name, "ok": false, "kind": "unavailable", "error": why}));
             return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
