@@ -45,6 +45,8 @@ async def main():
                 schema = next(t.output_schema for t in tools if t.name == "shell")
                 # Checked here too, not only by the SDK: an error names the failing field.
                 try:
+                    if schema is None:
+                        raise jsonschema.ValidationError("shell declares no outputSchema")
                     jsonschema.validate(r.structured_content, schema)
                     out["shell"]["valid"] = True
                 except jsonschema.ValidationError as e:
@@ -59,7 +61,7 @@ async def main():
                 out["write_bad_b64"] = outcome(r)
             r = await session.call_tool("read_file", {"path": "/out/bytes.bin", "encoding": "base64"})
             res = outcome(r)
-            if not r.is_error:
+            if not r.is_error and "content" in json.loads(res["text"]):
                 body = json.loads(res["text"])
                 res["decoded"] = list(base64.b64decode(body["content"]))
                 res["body"] = body
