@@ -148,6 +148,36 @@ mod body {
     }
 }
 
+/// `encoding: "base64"` is no way around a zone's `max_file_bytes`: a write whose decoded
+/// bytes exceed it, and a read of a larger file (even a small window of it), are refused.
+#[test]
+fn base64_keeps_the_size_limit() {
+    if !support::backend_ready("bwrap") {
+        return;
+    }
+    let tmp = project("sandbox:\n  zones:\n    out: {path: ./out, mode: rw, max_file_bytes: 100}\n");
+    std::fs::write(tmp.path().join("out/big.bin"), [7u8; 101]).expect("write");
+    support::give_to_worker(tmp.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_calls.py");
+    let calls = serde_json::json!([
+        // 135 base64 digits and one pad: 101 bytes, one over the limit.
+        ["write_file", {"path": "/out/new.bin", "content": "A".repeat(135) + "=", "encoding": "base64"}],
+        ["read_file", {"path": "/out/big.bin", "encoding": "base64", "max_chars": 10}],
+        ["write_file", {"path": "/out/ok.bin", "content": "AAEC", "encoding": "base64"}],
+    ]);
+    let launch = serde_json::json!([env!("CARGO_BIN_EXE_workcell")]).to_string();
+    let out = Command::new("python3").arg(script).arg(launch).arg(tmp.path()).arg("bwrap").arg(calls.to_string()).output().expect("python client");
+    assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
+    for (i, call) in r.iter().take(2).enumerate() {
+        let t = call["text"].as_str().unwrap_or("");
+        assert!(call["error"] == true && t.contains("max_file_bytes"), "call {i}: {t}");
+    }
+    assert!(!tmp.path().join("out/new.bin").exists());
+    assert_eq!(r[2]["error"], false, "{}", r[2]);
+    assert_eq!(std::fs::read(tmp.path().join("out/ok.bin")).expect("written"), [0, 1, 2]);
+}
+
 support::backend_suite!(bwrap, "bwrap", [identity_annotations_structured_base64, identity_listing_follows_the_configuration]);
 support::backend_suite!(docker, "docker", [identity_annotations_structured_base64]);
 
