@@ -126,7 +126,11 @@ mod body {
         support::write_project(
             tmp.path(),
             &std::fs::read_to_string(tmp.path().join("workcell.yaml")).expect("config"),
-            &[("helper", "---\ncommand: [true]\n---\n")],
+            &[
+                ("helper", "---\ncommand: [true]\n---\n"),
+                ("locked", "---\nworkers: [helper, locked]\ntool_rules: {shell: {allowed: false}}\nsandbox:\n  zones:\n    - {name: data, mode: ro}\ncommand: [true]\n---\n"),
+                ("alone", "---\nworkers: [alone, nobody]\nsandbox:\n  zones:\n    - {name: out, mode: rw}\ncommand: [true]\n---\n"),
+            ],
         );
         let r = identity(tmp.path(), backend, &["--approve-all"]);
         let names: Vec<&str> = r["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
@@ -138,6 +142,21 @@ mod body {
         let names: Vec<&str> = r["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
         assert!(!names.contains(&"request_access") && !names.contains(&"call_worker"), "{names:?}");
         assert!(r["call_request_access"]["text"].as_str().unwrap_or("").contains("--strict"), "{}", r["call_request_access"]);
+
+        // A worker's own rules: shell disabled; it may call helper (not itself). Its zones are
+        // read-only, but request_access could grant a writable one: the write tools stay.
+        let r = identity(tmp.path(), backend, &["--approve-all", "--worker", "locked"]);
+        let names: Vec<&str> = r["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(names, ["read_file", "write_file", "edit_file", "delete_file", "list_files", "call_worker", "request_access"]);
+        let r = identity(tmp.path(), backend, &["--strict", "--worker", "locked"]);
+        let names: Vec<&str> = r["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(names, ["read_file", "list_files"]);
+        // Only itself and a worker the project lacks: call_worker could only refuse.
+        let r = identity(tmp.path(), backend, &["--approve-all", "--worker", "alone"]);
+        let names: Vec<&str> = r["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+        assert!(!names.contains(&"call_worker") && names.contains(&"write_file"), "{names:?}");
+        let cw = r["call_call_worker"]["text"].as_str().unwrap_or("");
+        assert!(cw.contains("outside this call chain"), "{cw}");
 
         let ro = project("sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n");
         let r = identity(ro.path(), backend, &["--approve-all"]);
