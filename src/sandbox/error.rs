@@ -63,7 +63,7 @@ pub enum SandboxError {
     EditMismatch { path: String, count: usize, advice: &'static str },
 
     /// The file is binary or not UTF-8.
-    #[error("Cannot read '{path}': it is not a UTF-8 text file ({detail}). Only text files can be read.")]
+    #[error("Cannot read '{path}' as text: it is not a UTF-8 text file ({detail}). Read it with encoding \"base64\" to get its bytes.")]
     NotText { path: String, detail: String },
 
     /// The operation needs a file but found a directory (or the reverse).

@@ -11,6 +11,9 @@ use super::path::VirtualPath;
 use super::window::NotText;
 use super::{Area, PathList, Sandbox, SandboxError};
 
+mod binary;
+pub use binary::BytesRead;
+
 /// Text read from a file, possibly a window of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReadResult {
@@ -259,10 +262,16 @@ impl Sandbox {
     /// leaves the old content in place. Done as the worker: the file (and any directory
     /// made on the way) is the worker's.
     pub fn write(&self, path: &str, content: &str) -> Result<(), SandboxError> {
+        self.write_bytes(path, content.as_bytes())
+    }
+
+    /// [`Sandbox::write`] of any bytes (`write_file` with `encoding: "base64"`): the same
+    /// checks and limits, whatever the content.
+    pub fn write_bytes(&self, path: &str, content: &[u8]) -> Result<(), SandboxError> {
         self.as_worker("write", path, || self.write_here(path, content))?
     }
 
-    fn write_here(&self, path: &str, content: &str) -> Result<(), SandboxError> {
+    fn write_here(&self, path: &str, content: &[u8]) -> Result<(), SandboxError> {
         let vp = self.parse(path)?;
         let area = self.writable_area(&vp, path)?;
         self.check_suffix_vp(&vp, path)?;
@@ -279,7 +288,7 @@ impl Sandbox {
         }
         // Judged on the directory actually opened, wherever it really is in the zone.
         self.refuse_hostrun(&vp, &dir, vp.rel.len() - 1, "write", path)?;
-        write_atomic(&dir, &name, content.as_bytes()).map_err(|e| self.io_error("write", path, &e))
+        write_atomic(&dir, &name, content).map_err(|e| self.io_error("write", path, &e))
     }
 
     /// The file's text, when `old` occurs in it exactly once (so an edit can happen); the
@@ -309,7 +318,7 @@ impl Sandbox {
     pub fn edit(&self, path: &str, old: &str, new: &str) -> Result<(), SandboxError> {
         self.as_worker("edit", path, || {
             let text = self.check_edit_here(path, old)?;
-            self.write_here(path, &text.replacen(old, new, 1))
+            self.write_here(path, text.replacen(old, new, 1).as_bytes())
         })?
     }
 

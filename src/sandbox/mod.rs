@@ -43,7 +43,7 @@ use error::show;
 pub use error::{PathList, SandboxError};
 pub use expand::{open_for_expansion, OpenedDir};
 pub use grant::Created;
-pub use io::{FileKind, FileStat, ReadResult, EDIT_MAX_BYTES};
+pub use io::{BytesRead, FileKind, FileStat, ReadResult, EDIT_MAX_BYTES};
 pub use links::{FollowError, Followed};
 pub use listing::{Listing, LIST_LIMIT};
 pub use path::VirtualPath;

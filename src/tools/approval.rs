@@ -172,6 +172,16 @@ impl Approver {
         Approver { mode, prompter, session: HashSet::new() }
     }
 
+    /// True when some request could ever be approved in this session: `--approve-all`, or a
+    /// terminal to ask on. Tools that always need consent are not offered otherwise.
+    pub fn can_approve(&self) -> bool {
+        match self.mode {
+            ApprovalMode::ApproveAll => true,
+            ApprovalMode::Strict => false,
+            ApprovalMode::Interactive => self.prompter.is_some(),
+        }
+    }
+
     /// True when a session approval already covers `req`: the same action on the same
     /// scope, or, for file actions, on a directory containing it.
     pub fn remembered(&self, req: &ApprovalRequest) -> bool {

@@ -16,11 +16,14 @@ use super::shell::{ShellDecision, ShellPolicy};
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
 
+mod available;
+mod encoding;
 mod expansion;
 mod requests;
 
+pub use available::Facts;
 pub use expansion::Expansion;
-pub use requests::{AccessArgs, CallWorkerArgs, EditArgs, ListArgs, PathArgs, ReadArgs, ShellArgs, WriteArgs};
+pub use requests::{AccessArgs, CallWorkerArgs, EditArgs, Encoding, ListArgs, PathArgs, ReadArgs, ShellArgs, WriteArgs};
 
 /// Default and largest `read_file` window, in characters.
 pub const DEFAULT_MAX_CHARS: usize = 200_000;
@@ -63,13 +66,19 @@ impl ToolError {
 
 /// Output of a command run inside the sandbox: at most [`SHELL_OUTPUT_CAP`] bytes per
 /// stream, and how many bytes of each were cut beyond that.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ShellOutput {
+    /// The exit status of the command (see `timed_out` for a command killed at its timeout).
     pub exit_code: i32,
+    /// Standard output, at most 50 000 bytes (invalid UTF-8 replaced).
     pub stdout: String,
+    /// Standard error, at most 50 000 bytes, with workcell's notes appended.
     pub stderr: String,
+    /// True when the command was killed at its timeout.
     pub timed_out: bool,
+    /// Bytes of standard output cut beyond the cap (0: nothing was cut).
     pub stdout_truncated_bytes: u64,
+    /// Bytes of standard error cut beyond the cap (0: nothing was cut).
     pub stderr_truncated_bytes: u64,
 }
 
@@ -124,6 +133,9 @@ pub struct ToolService {
     audit: AuditLog,
     runner: Arc<dyn SandboxRunner>,
     expansions: Mutex<Vec<Expansion>>,
+    /// Whether any consent can be given in this session (fixed at start; read without the
+    /// approver's lock, which a prompt holds while a person answers).
+    can_approve: bool,
 }
 
 impl std::fmt::Debug for ToolService {
@@ -145,7 +157,18 @@ impl ToolService {
             Some(w) => ShellPolicy { tool: w.tool_rules.get("shell").copied().unwrap_or_default(), rules: w.shell_rules.clone(), default: w.shell_default },
             None => ShellPolicy::default(),
         };
-        ToolService { project, caller, sandbox: RwLock::new(sandbox), shell, approver: Mutex::new(approver), audit, runner, expansions: Mutex::new(Vec::new()) }
+        let can_approve = approver.can_approve();
+        ToolService {
+            project,
+            caller,
+            sandbox: RwLock::new(sandbox),
+            shell,
+            approver: Mutex::new(approver),
+            audit,
+            runner,
+            expansions: Mutex::new(Vec::new()),
+            can_approve,
+        }
     }
 
     pub fn audit(&self) -> &AuditLog {
@@ -182,11 +205,17 @@ impl ToolService {
         match tool {
             "read_file" => {
                 let a: ReadArgs = args(tool, v)?;
-                self.read_file(&a.path, a.max_chars.unwrap_or(DEFAULT_MAX_CHARS), a.offset.unwrap_or(0))
+                match a.encoding {
+                    Encoding::Utf8 => self.read_file(&a.path, a.max_chars.unwrap_or(DEFAULT_MAX_CHARS), a.offset.unwrap_or(0)),
+                    Encoding::Base64 => self.read_file_base64(&a.path, a.max_chars.unwrap_or(DEFAULT_MAX_CHARS), a.offset.unwrap_or(0)),
+                }
             }
             "write_file" => {
                 let a: WriteArgs = args(tool, v)?;
-                self.write_file(&a.path, &a.content)
+                match a.encoding {
+                    Encoding::Utf8 => self.write_file(&a.path, &a.content),
+                    Encoding::Base64 => self.write_file_bytes(&a.path, &encoding::decode(&a.path, &a.content)?),
+                }
             }
             "edit_file" => {
                 let a: EditArgs = args(tool, v)?;
@@ -279,6 +308,11 @@ impl ToolService {
     }
 
     pub fn write_file(&self, path: &str, content: &str) -> Result<Value, ToolError> {
+        self.write_file_bytes(path, content.as_bytes())
+    }
+
+    /// `write_file` of any bytes (text, or decoded base64).
+    pub fn write_file_bytes(&self, path: &str, content: &[u8]) -> Result<Value, ToolError> {
         self.tool_allowed("write_file")?;
         let sb = self.sandbox();
         // Sandbox refusals come before any prompt: nobody is asked about the impossible.
@@ -286,7 +320,7 @@ impl ToolService {
         sb.check_suffix(path)?;
         sb.check_hostrun(path)?;
         self.gate(sb.mount_of(path), Action::Write, path)?;
-        sb.write(path, content)?;
+        sb.write_bytes(path, content)?;
         Ok(json!({"path": path, "bytes": content.len()}))
     }
 

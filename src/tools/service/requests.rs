@@ -8,16 +8,35 @@ use serde::Deserialize;
 pub struct ReadArgs {
     /// Sandbox path, e.g. /data/report.md.
     pub path: String,
-    /// Characters to return (default 200000).
+    /// Characters to return (default and at most 200000); bytes with encoding "base64".
     pub max_chars: Option<usize>,
-    /// Character offset to start from (default 0).
+    /// Character offset to start from (default 0); a byte offset with encoding "base64".
     pub offset: Option<usize>,
+    /// "utf-8" (default): the file as text; "base64": its bytes, base64-encoded (for binary files).
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// How file content travels in a tool call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+pub enum Encoding {
+    /// Text, as it is in the file.
+    #[default]
+    #[serde(rename = "utf-8")]
+    Utf8,
+    /// The file's bytes, standard base64 with padding.
+    #[serde(rename = "base64")]
+    Base64,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 pub struct WriteArgs {
     pub path: String,
+    /// The file's new content: text, or base64 of its bytes with encoding "base64".
     pub content: String,
+    /// "utf-8" (default) or "base64" (content is the base64 of the bytes to write).
+    #[serde(default)]
+    pub encoding: Encoding,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
