@@ -114,10 +114,27 @@ pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>,
             Some(seen) => swap_in(dir, &tmp, name, seen),
         }
     })();
-    // Whatever the outcome, the temporary name holds nothing the host should keep: the
-    // unwritten copy, or (after a swap) the old file.
-    let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
-    result
+    // After a landed swap the temporary name holds the old file, judged unchanged: it goes.
+    // Otherwise it should hold our own file; if the host's file ended up there (it changed
+    // the file during the check and then replaced the target before the swap back), it is
+    // kept and named.
+    let ours = rustix::fs::fstat(&out).map(|st| (st.st_dev, st.st_ino));
+    let at_tmp = stat_at(dir, tmp.as_c_str()).ok().flatten().map(|st| (st.st_dev, st.st_ino));
+    match (&result, at_tmp) {
+        (_, None) => result,
+        (Ok(Outcome::Landed), Some(_)) => {
+            let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
+            result
+        }
+        (_, Some(id)) if ours.is_ok_and(|o| o == id) => {
+            let _ = rustix::fs::unlinkat(dir, tmp.as_c_str(), AtFlags::empty());
+            result
+        }
+        (_, Some(_)) => Err(io::Error::other(format!(
+            "the host changed this file twice during its publish; the host's earlier version is kept as {}",
+            tmp.to_string_lossy()
+        ))),
+    }
 }
 
 /// Exchanges the written `tmp` with `name`; swaps back when what was at `name` is not
