@@ -56,6 +56,10 @@ pub enum RunError {
     /// A zone with `delivery: copy` could not be copied for the worker.
     #[error(transparent)]
     Delivery(#[from] crate::delivery::DeliveryError),
+    /// A zone with `delivery: copy` is over the bounds of a copy: the plan cannot be run as
+    /// it is (refused like a bad configuration).
+    #[error(transparent)]
+    CopyRefused(crate::delivery::DeliveryError),
 }
 
 /// What the worker can ask the host for.
