@@ -30,7 +30,7 @@ const LOCK: &CStr = c".workcell-lock";
 const LOCK_NEW: &CStr = c".workcell-lock.new";
 /// A directory without its lock file is left alone this long (its run may be between
 /// making the directory and locking it).
-const GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+const GRACE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// A private directory (mode 0700) in the temporary directory (`TMPDIR`), locked while it
 /// lives, removed when dropped.
