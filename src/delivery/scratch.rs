@@ -18,7 +18,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::fs::{FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::hostrun::remove::remove_tree;
@@ -144,7 +144,11 @@ fn stale(base: BorrowedFd<'_>, name: &CStr, uid: u32) -> io::Result<Option<Optio
     if uid != 0 && st.st_uid != uid {
         return Ok(None);
     }
-    match rustix::fs::openat(&dir, LOCK, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+    // Not blocking on a fifo, not following a link: whoever can write the temporary
+    // directory could have put either there.
+    match rustix::fs::openat(&dir, LOCK, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(lock) if !rustix::fs::fstat(&lock).is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::RegularFile) => Ok(None),
+        Err(Errno::LOOP) => Ok(None),
         Ok(lock) => match rustix::fs::flock(&lock, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Some(Some(lock))),
             Err(Errno::WOULDBLOCK) => Ok(None),
@@ -174,8 +178,17 @@ mod tests {
             let dead = tempfile::Builder::new().prefix("workcell-delivery-").tempdir_in(base.path()).unwrap().keep();
             std::fs::create_dir_all(dead.join("a/b/c")).unwrap();
             std::fs::write(dead.join(".workcell-lock"), "").unwrap();
+            // Not ours to judge: a fifo or a link where the lock should be (gc neither hangs
+            // nor removes it).
+            let odd = base.path().join("workcell-copy-fifo");
+            std::fs::create_dir(&odd).unwrap();
+            rustix::fs::mknodat(rustix::fs::CWD, odd.join(".workcell-lock").as_path(), FileType::Fifo, Mode::from_raw_mode(0o600), 0).unwrap();
+            let link = base.path().join("workcell-copy-link");
+            std::fs::create_dir(&link).unwrap();
+            std::os::unix::fs::symlink(dead.join(".workcell-lock"), link.join(".workcell-lock")).unwrap();
             let mut out = Stale::default();
             remove_stale_in(base.path(), &mut out);
+            assert!(odd.exists() && link.exists() && out.errors.is_empty(), "{:?}", out.errors);
             assert_eq!(out.removed, std::slice::from_ref(&dead), "{:?}", out.errors);
             assert!(live.path().exists() && !dead.exists());
             live.path().to_path_buf()
