@@ -21,7 +21,7 @@
 use std::path::{Component, Path};
 
 pub mod quarantine;
-mod remove;
+pub(crate) mod remove;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 

@@ -77,7 +77,7 @@ fn end(mut out: Vec<u8>) -> Vec<u8> {
 /// archive as a whole was refused (nothing published).
 fn deliver(f: &Fixture, archive: &[u8]) -> Result<Summary, DeliveryError> {
     let zone = fs::File::open(&f.zone).unwrap();
-    let copy = baseline::copy_in(&zone, "zone", me())?;
+    let copy = baseline::copy_in(&zone, "zone", me(), &Default::default())?;
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(archive, &policy(), &mut staging)?;
     let changes = publish::diff("zone", &zone, &copy.baseline, &collected);
@@ -228,7 +228,7 @@ fn a_huge_or_truncated_entry_publishes_nothing() {
 fn deletions_and_host_changes() {
     let f = fixture();
     let zone = fs::File::open(&f.zone).unwrap();
-    let copy = baseline::copy_in(&zone, "zone", me()).unwrap();
+    let copy = baseline::copy_in(&zone, "zone", me(), &Default::default()).unwrap();
     // The worker's tree: keep.md changed, sub/k.md deleted.
     let mut a = Vec::new();
     file(&mut a, "keep.md", b"worker");
@@ -258,7 +258,7 @@ fn host_changes_after_the_check_fail_only_their_own_changes() {
     }
     fs::write(f.zone.join("c.md"), "c").unwrap();
     let zone = fs::File::open(&f.zone).unwrap();
-    let copy = baseline::copy_in(&zone, "zone", me()).unwrap();
+    let copy = baseline::copy_in(&zone, "zone", me(), &Default::default()).unwrap();
     // The worker's tree: keep.md changed; a/x.md, b/x.md, c.md deleted; sub/k.md kept.
     let mut a = Vec::new();
     file(&mut a, "keep.md", b"worker");

@@ -47,7 +47,7 @@ fn archive(files: &[(&str, &str)]) -> Vec<u8> {
 /// between the check and the publish, then publishes.
 fn publish_with(z: &Zone, worker: &[(&str, &str)], host: impl FnOnce(&Path)) -> Summary {
     let handle = fs::File::open(&z.zone).unwrap();
-    let copy = baseline::copy_in(&handle, "zone", me()).unwrap();
+    let copy = baseline::copy_in(&handle, "zone", me(), &Policy::default()).unwrap();
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(&archive(worker)[..], &Policy::default(), &mut staging).unwrap();
     let changes = publish::diff("zone", &handle, &copy.baseline, &collected);
@@ -143,7 +143,7 @@ fn names_that_differ_only_by_invisible_spacing_read_differently() {
 /// what `keep` says yes to, then publishes.
 fn publish_declining(z: &Zone, worker: &[(&str, &str)], keep: impl FnMut(&publish::Entry<'_>) -> bool) -> Summary {
     let handle = fs::File::open(&z.zone).unwrap();
-    let copy = baseline::copy_in(&handle, "zone", me()).unwrap();
+    let copy = baseline::copy_in(&handle, "zone", me(), &Policy::default()).unwrap();
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(&archive(worker)[..], &Policy::default(), &mut staging).unwrap();
     let mut changes = publish::diff("zone", &handle, &copy.baseline, &collected);
@@ -189,7 +189,7 @@ fn what_turns_a_directory_with_config_into_a_git_directory_is_withheld() {
         ("fine/HEAD", "a file called HEAD in a directory without git internals"),
     ];
     let handle = fs::File::open(&z.zone).unwrap();
-    let copy = baseline::copy_in(&handle, "zone", me()).unwrap();
+    let copy = baseline::copy_in(&handle, "zone", me(), &Policy::default()).unwrap();
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(&archive(&worker)[..], &Policy::default(), &mut staging).unwrap();
     let mut changes = publish::diff("zone", &handle, &copy.baseline, &collected);

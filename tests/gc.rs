@@ -71,3 +71,45 @@ fn gc_finds_leftovers_wherever_a_run_made_them() {
         let _ = std::fs::remove_dir(p.parent().expect("parent"));
     }
 }
+
+/// `delivery: copy` directories (`workcell-copy-*`, `workcell-delivery-*`) in `TMPDIR`: one
+/// whose run is over (its lock file there, nobody holding it; deep inside, as a killed run
+/// leaves it) is removed; one whose lock a live process holds (here a `sleep` holding it, standing
+/// for the run) stays, however old it is.
+#[test]
+fn gc_removes_a_dead_runs_copy_and_keeps_a_live_one() {
+    let tmpdir = tempfile::tempdir().expect("tempdir");
+    let dead = tmpdir.path().join("workcell-copy-dead01");
+    let mut deep = dead.join("zone");
+    for _ in 0..300 {
+        deep.push("d");
+    }
+    std::fs::create_dir_all(&deep).expect("deep copy");
+    std::fs::write(dead.join(".workcell-lock"), "").expect("lock file");
+    let live = tmpdir.path().join("workcell-delivery-live01");
+    std::fs::create_dir_all(live.join("zone")).expect("live copy");
+    std::fs::write(live.join(".workcell-lock"), "").expect("lock file");
+    backdate(&live, 7 * 24 * 3600);
+    // The lock taken by the very process that is then killed: nothing is left running.
+    let mut holder =
+        Command::new("sh").args(["-c", "exec 9<\"$0\" && flock 9 && exec sleep 600"]).arg(live.join(".workcell-lock")).spawn().expect("the holder runs");
+    // Until the holder has the lock (a lock we can take is not held yet).
+    let lock = std::fs::File::open(live.join(".workcell-lock")).expect("open lock");
+    while rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok() {
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::Unlock).expect("unlock");
+        std::thread::yield_now();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+        .arg("gc")
+        .env("TMPDIR", tmpdir.path())
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .expect("gc runs");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dead.exists(), "the dead run's copy is removed: {stdout}");
+    assert!(stdout.contains(&format!("removed delivery directory {}", dead.display())), "{stdout}");
+    assert!(live.join("zone").exists(), "a live run's copy stays: {stdout}");
+}

@@ -228,11 +228,11 @@ fn variants_that_do_not_get_through() {
     file(&z.join("listonly/a.txt"), "a", 0, 0, 0o644);
     mode(&z.join("listonly"), 0o744);
     let zone = std::fs::File::open(&z).expect("open zone");
-    let copy = workcell::delivery::baseline::copy_in(&zone, "z", WORKER).expect("copy");
+    let copy = workcell::delivery::baseline::copy_in(&zone, "z", WORKER, &Default::default()).expect("copy");
     let b = &copy.baseline;
     let key = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
     for (p, dir) in [("secret.txt", false), ("hard.txt", false), ("private", true), ("passage", true), ("listonly", true)] {
-        assert_eq!(b.not_copied.get(&key(p)), Some(&dir), "{p}: {:?}", b.not_copied);
+        assert_eq!(b.not_copied.get(&key(p)), Some(&workcell::delivery::baseline::NotCopied::Unreadable { dir }), "{p}: {:?}", b.not_copied);
     }
     assert!(b.files.contains_key(&key("group.txt")) && b.files.contains_key(&key("own.txt")), "{:?}", b.files.keys());
     assert!(!copy.path().join("secret.txt").exists() && !copy.path().join("listonly/a.txt").exists());

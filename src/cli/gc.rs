@@ -22,14 +22,18 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
     // What runs killed outright leave on the host: the bwrap backend's per-run cgroups,
     // broker directories, and docker staging mounts of runs killed before their container
     // started.
+    // Copies and staging of `delivery: copy` whose run is over (its lock released).
+    let copies = crate::delivery::scratch::remove_stale();
     let host = [
         ("cgroup", crate::backend::cgroup::remove_leftovers()),
         ("broker directory", crate::tools::broker::remove_stale_dirs()),
         ("staging directory", crate::backend::docker::staging::remove_stale()),
+        ("delivery directory", copies.removed),
     ];
     // Without Docker (a bwrap-only machine) the host is still cleaned.
     let mut report = gc(args.all).unwrap_or_else(|e| GcReport { docker_unavailable: Some(e.to_string()), ..GcReport::default() });
     report.host = host.iter().flat_map(|(what, dirs)| dirs.iter().map(move |d| format!("{what} {}", d.display()))).collect();
+    report.errors.extend(copies.errors.into_iter().map(|e| format!("delivery directory {e}")));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {

@@ -234,7 +234,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
 /// else workcell's own failure (125).
 fn run_error(e: RunError) -> CliError {
     match e {
-        RunError::Plan(_) => CliError::Usage(e.to_string()),
+        RunError::Plan(_) | RunError::CopyRefused(_) => CliError::Usage(e.to_string()),
         other => CliError::Failed(other.to_string()),
     }
 }

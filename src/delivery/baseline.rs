@@ -1,22 +1,22 @@
 //! The copy a worker gets, and what the zone held when it was taken. The zone is walked
-//! beneath its held handle (nothing followed) as the worker's user ([`crate::identity`]):
-//! plain files and directories with names the checker would accept, and that the worker may
-//! read, are copied, owned by the worker's user. Everything else (links, special files, odd
-//! names, what the worker's user cannot read or enter) is left out of the copy and
-//! therefore never touched on publish; what the worker could not read is named
+//! beneath its held handle (nothing followed) as the worker's user ([`crate::identity`],
+//! [`super::copytree`]): plain files and directories with names the checker would accept,
+//! and that the worker may read, are copied, owned by the worker's user. Everything else
+//! (links, special files, odd names, what the worker's user cannot read or enter, files over
+//! the zone's `max_file_bytes`) is left out of the copy and therefore never touched on
+//! publish; what the worker could not read and what was too large are named
 //! ([`Baseline::not_copied`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::CStr;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
-use sha2::{Digest, Sha256};
+use rustix::fs::{FileType, Mode, OFlags, Stat};
 
-use super::walk::{names, open_dir, open_file};
-use super::DeliveryError;
+use super::copytree::{own, refused, Copier, CopyError, Tally};
+use super::scratch::ScratchDir;
+use super::{DeliveryError, Policy};
 use crate::identity::Identity;
 use crate::plan::UserSpec;
 
@@ -43,40 +43,68 @@ impl Seen {
     }
 }
 
+/// Why an entry of the zone is not in the copy (and so is never written over or deleted
+/// on publish).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotCopied {
+    /// The worker's user may not read it (a directory: may not list or enter it).
+    Unreadable { dir: bool },
+    /// A file over the zone's `max_file_bytes` (its apparent size, holes included).
+    TooLarge { size: u64, max: u64 },
+}
+
 /// What the zone held at run start, by path components.
 #[derive(Debug, Default, Clone)]
 pub struct Baseline {
     pub files: BTreeMap<Vec<String>, Seen>,
     pub dirs: BTreeSet<Vec<String>>,
-    /// Files and directories (with `true`) the worker's user may not read or enter: not
-    /// copied, and on publish nothing at or beneath them is written or deleted. The empty
-    /// path is the zone itself.
-    pub not_copied: BTreeMap<Vec<String>, bool>,
+    /// Files and directories that were not copied, and why: on publish nothing at or
+    /// beneath them is written or deleted. The empty path is the zone itself.
+    pub not_copied: BTreeMap<Vec<String>, NotCopied>,
 }
 
 impl Baseline {
-    /// True when `path` is at or beneath an entry that was not copied.
-    pub fn beneath_not_copied(&self, path: &[String]) -> bool {
-        (0..=path.len()).any(|n| self.not_copied.contains_key(&path[..n]))
+    /// Why the worker's entry at `path` is refused: it lies at or beneath an entry that was
+    /// not copied.
+    pub fn not_copied_reason(&self, path: &[String]) -> Option<super::Reason> {
+        (0..=path.len()).find_map(|n| self.not_copied.get(&path[..n])).map(|why| match *why {
+            NotCopied::Unreadable { .. } => super::Reason::NotCopied,
+            NotCopied::TooLarge { size, max } => super::Reason::TooLargeToCopy { size, max },
+        })
     }
 
-    /// What was not copied, for a summary (directories end in `/`, the zone itself is `./`).
+    /// What was not copied because the worker's user may not read it, for a summary
+    /// (directories end in `/`, the zone itself is `./`).
     pub fn not_copied_names(&self) -> super::summary::Names {
         let mut out = super::summary::Names::default();
-        for (p, dir) in &self.not_copied {
-            out.name(&if p.is_empty() { "./".into() } else { format!("{}{}", p.join("/"), if *dir { "/" } else { "" }) });
+        for (p, why) in &self.not_copied {
+            if let NotCopied::Unreadable { dir } = why {
+                out.name(&if p.is_empty() { "./".into() } else { format!("{}{}", p.join("/"), if *dir { "/" } else { "" }) });
+            }
+        }
+        out
+    }
+
+    /// The files not copied for their size, for a summary.
+    pub fn too_large_names(&self) -> super::summary::Names {
+        let mut out = super::summary::Names::default();
+        for (p, why) in &self.not_copied {
+            if let NotCopied::TooLarge { .. } = why {
+                out.name(&p.join("/"));
+            }
         }
         out
     }
 }
 
-/// A zone's private copy: removed when dropped.
+/// A zone's private copy: removed when dropped (at any depth; `workcell gc` removes it
+/// when its run died).
 #[derive(Debug)]
 pub struct Copy {
-    _tmp: tempfile::TempDir,
     path: PathBuf,
     root: OwnedFd,
     pub baseline: Baseline,
+    _dir: ScratchDir,
 }
 
 impl Copy {
@@ -92,156 +120,49 @@ impl Copy {
 
 /// Copies the zone held by `zone` into a new private directory owned by `owner`, reading it
 /// as `owner`: what that user may not read is not copied (see [`Baseline::not_copied`]).
-pub fn copy_in(zone: impl AsFd, zone_name: &str, owner: UserSpec) -> Result<Copy, DeliveryError> {
+/// The zone's bounds hold while it is copied: a file over `policy.max_file_bytes` is not
+/// copied ([`NotCopied::TooLarge`]); more than `policy.max_entries` entries or
+/// `policy.max_total_bytes` bytes to copy, or more than the temporary directory's free
+/// space, refuse the copy before a byte is written. Files are copied sparse.
+pub fn copy_in(zone: impl AsFd, zone_name: &str, owner: UserSpec, policy: &Policy) -> Result<Copy, DeliveryError> {
     let err = |op| DeliveryError::io(op, zone_name);
-    let tmp = tempfile::Builder::new().prefix("workcell-copy-").tempdir().map_err(err("create the private copy"))?;
+    let dir = ScratchDir::new("workcell-copy-").map_err(err("create the private copy"))?;
     let zst = rustix::fs::fstat(&zone).map_err(|e| err("read the zone")(e.into()))?;
-    let path = tmp.path().join("zone");
-    std::fs::create_dir(&path).map_err(err("create the private copy"))?;
-    let root = rustix::fs::open(&path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+    let path = dir.path().join("zone");
+    rustix::fs::mkdirat(dir.fd(), c"zone", Mode::from_raw_mode(0o700)).map_err(|e| err("create the private copy")(e.into()))?;
+    let root = rustix::fs::openat(dir.fd(), c"zone", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| err("open the private copy")(e.into()))?;
     // The copy's own directory is the worker's (made by workcell in its private temporary
     // directory); everything beneath it is made by the worker's user.
     own(&root, owner, zst.st_mode | 0o700).map_err(err("own the private copy"))?;
-    let (zone, root_fd) = (zone.as_fd(), root.as_fd());
+    let (zone, root_fd, dir_fd) = (zone.as_fd(), root.as_fd(), dir.fd());
     let baseline = Identity::of(owner)
-        .run(move || {
+        .run(move || -> Result<Baseline, CopyError> {
             let mut baseline = Baseline::default();
             // The held handle may be an O_PATH one: a readable handle of the same directory,
             // opened as the worker (a zone it may not list is not copied at all).
-            let listed = rustix::fs::openat(zone, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-                .map_err(io::Error::from)
-                .and_then(|zone| Ok((names(&zone)?, zone)));
-            match listed {
-                Ok((listed, zone)) => copy_tree(zone.as_fd(), listed, root_fd, owner, &mut Vec::new(), &mut baseline)?,
-                Err(e) if refused(&e) => {
-                    baseline.not_copied.insert(Vec::new(), true);
+            let zone = match rustix::fs::openat(zone, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) {
+                Ok(z) => z,
+                Err(e) if refused(&e.into()) => {
+                    baseline.not_copied.insert(Vec::new(), NotCopied::Unreadable { dir: true });
+                    return Ok(baseline);
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(CopyError::Io(e.into())),
+            };
+            // First what it would take, so a zone over its bounds (or over the free space)
+            // is refused before anything is written; then the copy, bounded again (the zone
+            // may grow meanwhile).
+            let mut need = Tally::new(policy);
+            need.tree(zone.as_fd(), &mut Vec::new())?;
+            let st = rustix::fs::fstatvfs(dir_fd).map_err(|e| CopyError::Io(e.into()))?;
+            let free = st.f_bavail.saturating_mul(st.f_frsize);
+            if need.allocated > free {
+                return Err(CopyError::NoSpace { needed: need.allocated, free });
             }
+            Copier { owner, tally: Tally::new(policy), baseline: &mut baseline }.root(zone.as_fd(), root_fd)?;
             Ok(baseline)
         })
         .map_err(|e| err("copy the zone")(io::Error::other(e)))?
-        .map_err(err("copy the zone"))?;
-    Ok(Copy { _tmp: tmp, path, root, baseline })
-}
-
-/// True when the operating system refused the worker's user (not an error of the copy).
-fn refused(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::PermissionDenied
-}
-
-fn own(fd: impl AsFd, owner: UserSpec, mode: u32) -> io::Result<()> {
-    std::os::unix::fs::fchown(&fd, Some(owner.uid), Some(owner.gid))?;
-    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode & 0o777))?;
-    Ok(())
-}
-
-/// Copies the entries `listed` of `from` (listed first, so that a directory the worker may
-/// read but not search is refused before anything of it is made).
-fn copy_tree(
-    from: std::os::fd::BorrowedFd<'_>,
-    listed: Vec<std::ffi::CString>,
-    to: std::os::fd::BorrowedFd<'_>,
-    owner: UserSpec,
-    at: &mut Vec<String>,
-    b: &mut Baseline,
-) -> io::Result<()> {
-    for n in listed {
-        let Some(name) = n.to_str().ok().map(str::to_string) else { continue };
-        at.push(name);
-        // A name the checker would refuse is not copied: the worker never sees it, and its
-        // absence from the copy is not read as a deletion.
-        if super::name::components(at.join("/").as_bytes()).is_ok() {
-            match copy_entry(from, to, &n, owner, at, b) {
-                Ok(()) => {}
-                Err(EntryError::Unreadable { dir }) => {
-                    b.not_copied.insert(at.clone(), dir);
-                }
-                Err(EntryError::Io(e)) => return Err(e),
-            }
-        }
-        at.pop();
-    }
-    Ok(())
-}
-
-/// Why an entry was not copied.
-enum EntryError {
-    /// The worker's user may not read it (a directory: may not list or enter it).
-    Unreadable { dir: bool },
-    /// The copy failed.
-    Io(io::Error),
-}
-
-impl From<io::Error> for EntryError {
-    fn from(e: io::Error) -> Self {
-        EntryError::Io(e)
-    }
-}
-
-/// A result of reading the zone: only its refusals mean "the worker may not read it"; a
-/// failure writing the copy is an error of the copy.
-fn source<T>(r: io::Result<T>, dir: bool) -> Result<T, EntryError> {
-    r.map_err(|e| if refused(&e) { EntryError::Unreadable { dir } } else { EntryError::Io(e) })
-}
-
-fn copy_entry(
-    from: std::os::fd::BorrowedFd<'_>,
-    to: std::os::fd::BorrowedFd<'_>,
-    n: &CStr,
-    owner: UserSpec,
-    at: &mut Vec<String>,
-    b: &mut Baseline,
-) -> Result<(), EntryError> {
-    let st = source(rustix::fs::statat(from, n, AtFlags::SYMLINK_NOFOLLOW).map_err(io::Error::from), false)?;
-    match FileType::from_raw_mode(st.st_mode) {
-        FileType::Directory => {
-            let src = source(open_dir(from, n), true)?;
-            let listed = source(names(&src), true)?;
-            rustix::fs::mkdirat(to, n, Mode::from_raw_mode(0o700)).map_err(io::Error::from)?;
-            let dst = open_dir(to, n)?;
-            own(&dst, owner, st.st_mode | 0o700)?;
-            b.dirs.insert(at.clone());
-            Ok(copy_tree(src.as_fd(), listed, dst.as_fd(), owner, at, b)?)
-        }
-        FileType::RegularFile => Ok(copy_file(source(open_file(from, n), false)?, to, n, owner, at, b)?),
-        // Links and special files stay on the host only.
-        _ => Ok(()),
-    }
-}
-
-fn copy_file(
-    (mut src, st): (std::fs::File, Stat),
-    to: std::os::fd::BorrowedFd<'_>,
-    n: &CStr,
-    owner: UserSpec,
-    at: &[String],
-    b: &mut Baseline,
-) -> io::Result<()> {
-    let dst = rustix::fs::openat(to, n, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
-    let mut dst = std::fs::File::from(dst);
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let k = src.read(&mut buf)?;
-        if k == 0 {
-            break;
-        }
-        hasher.update(&buf[..k]);
-        dst.write_all(&buf[..k])?;
-    }
-    own(&dst, owner, st.st_mode | 0o600)?;
-    let executable = st.st_mode & 0o111 != 0;
-    let seen = Seen {
-        dev: st.st_dev,
-        ino: st.st_ino,
-        size: st.st_size as u64,
-        mtime: (st.st_mtime, st.st_mtime_nsec as i64),
-        ctime: (st.st_ctime, st.st_ctime_nsec as i64),
-        sha256: hasher.finalize().into(),
-        executable,
-    };
-    b.files.insert(at.to_vec(), seen);
-    Ok(())
+        .map_err(|e| e.into_delivery(zone_name, dir.path()))?;
+    Ok(Copy { path, root, baseline, _dir: dir })
 }

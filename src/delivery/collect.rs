@@ -4,33 +4,32 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 
 use rustix::fs::{Mode, OFlags};
 use sha2::{Digest, Sha256};
 
+use super::scratch::ScratchDir;
 use super::summary::{Listed, Refusal};
 use super::{name, DeliveryError, Policy, Reason};
 
 /// A private directory (mode 0700, owned by workcell's user) holding accepted contents by
-/// number until they are published; removed when dropped.
+/// number until they are published; removed when dropped, at any depth, and by `workcell
+/// gc` when its run died ([`super::scratch`]).
 #[derive(Debug)]
 pub struct Staging {
-    _dir: tempfile::TempDir,
-    fd: OwnedFd,
+    dir: ScratchDir,
     next: u64,
 }
 
 impl Staging {
     pub fn new() -> io::Result<Staging> {
-        let dir = tempfile::Builder::new().prefix("workcell-delivery-").tempdir()?;
-        let fd = rustix::fs::open(dir.path(), OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::RDONLY, Mode::empty())?;
-        Ok(Staging { _dir: dir, fd, next: 0 })
+        Ok(Staging { dir: ScratchDir::new("workcell-delivery-")?, next: 0 })
     }
 
     /// Opens the staged content `name` for reading.
     pub fn open(&self, name: &str) -> io::Result<std::fs::File> {
-        let fd = rustix::fs::openat(&self.fd, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        let fd = rustix::fs::openat(self.dir.fd(), name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
         Ok(std::fs::File::from(fd))
     }
 
@@ -38,7 +37,7 @@ impl Staging {
         let name = self.next.to_string();
         self.next += 1;
         let fd = rustix::fs::openat(
-            &self.fd,
+            self.dir.fd(),
             &name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
@@ -47,7 +46,7 @@ impl Staging {
     }
 
     pub fn fd(&self) -> impl AsFd + '_ {
-        self.fd.as_fd()
+        self.dir.fd()
     }
 }
 

@@ -12,8 +12,11 @@
 
 pub mod baseline;
 pub mod collect;
+mod copytree;
 pub mod name;
 pub mod publish;
+pub mod scratch;
+pub mod sparse;
 pub mod summary;
 mod swap;
 pub mod walk;
@@ -58,7 +61,8 @@ pub enum Reason {
     HardLink,
     Device,
     Fifo,
-    /// A socket, a sparse file or an entry type tar has no plain meaning for.
+    /// A socket, a tar "sparse" entry (the walk never makes one) or an entry type tar has no
+    /// plain meaning for.
     Special,
     Suffix {
         allowed: Vec<String>,
@@ -84,6 +88,12 @@ pub enum Reason {
     /// At or beneath a host entry the worker's user could not read, so it was not copied:
     /// the host's stays as it is.
     NotCopied,
+    /// At a host file that was over the zone's `max_file_bytes` when the copy was taken, so
+    /// it was not copied: the host's stays as it is.
+    TooLargeToCopy {
+        size: u64,
+        max: u64,
+    },
 }
 
 impl std::fmt::Display for Reason {
@@ -94,7 +104,7 @@ impl std::fmt::Display for Reason {
             Reason::HardLink => f.write_str("a hard link (only files and directories are delivered)"),
             Reason::Device => f.write_str("a device node (only files and directories are delivered)"),
             Reason::Fifo => f.write_str("a fifo (only files and directories are delivered)"),
-            Reason::Special => f.write_str("a socket, sparse file or other special entry (only files and directories are delivered)"),
+            Reason::Special => f.write_str("a socket or other special entry (only files and directories are delivered)"),
             Reason::Suffix { allowed } => write!(f, "suffix not allowed in this zone (allowed: {})", allowed.join(", ")),
             Reason::TooLarge { size, max } => write!(f, "{size} bytes, larger than the zone's max_file_bytes ({max})"),
             Reason::Duplicate => f.write_str("the name appears twice"),
@@ -108,6 +118,10 @@ impl std::fmt::Display for Reason {
                 write!(f, "deleted in the worker's copy, but a file the host runs (protected by '{entry}'); the deletion is not applied, the host keeps it")
             }
             Reason::NotCopied => f.write_str("the host has an entry here the worker's user cannot read, so it was not copied; it is left as the host has it"),
+            Reason::TooLargeToCopy { size, max } => write!(
+                f,
+                "the host has a file here too large to copy ({size} bytes, over the zone's max_file_bytes, {max}), so the worker never had it; it is left as the host has it"
+            ),
         }
     }
 }
@@ -121,6 +135,19 @@ pub enum DeliveryError {
     TooManyEntries { max: u64 },
     #[error("the worker left more than {max} bytes in the zone; nothing is delivered")]
     TooManyBytes { max: u64 },
+    #[error(
+        "zone {zone} holds more than {max} entries (files, directories and other names together): a copy-delivered zone is copied whole before the worker starts, and this is its limit, so the run is refused. Point the zone's path at a smaller directory, or drop `delivery: copy` from the zone (a bind zone has no such limit)"
+    )]
+    ZoneTooManyEntries { zone: String, max: u64 },
+    #[error(
+        "zone {zone} holds {found} bytes in files to copy, more than the {max} a copy-delivered zone may hold (files over the zone's max_file_bytes are not copied and do not count; a sparse file counts its full size): the run is refused. Point the zone's path at a smaller directory, set a lower max_file_bytes, or drop `delivery: copy` from the zone"
+    )]
+    ZoneTooManyBytes { zone: String, max: u64, found: u64 },
+    #[error(
+        "zone {zone} needs {needed} bytes for its private copy, but only {free} are free in {}: the run is refused before copying. Free space there, or set TMPDIR to a directory on a file system with more room",
+        dir.display()
+    )]
+    NoSpace { zone: String, needed: u64, free: u64, dir: std::path::PathBuf },
     #[error("cannot {op} while delivering zone {zone}: {source}")]
     Io {
         op: &'static str,

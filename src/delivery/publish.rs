@@ -51,6 +51,7 @@ pub struct Changes {
     refused: Listed<Refusal>,
     declined: Names,
     not_copied: Names,
+    too_large: Names,
     baseline: Baseline,
 }
 
@@ -100,14 +101,20 @@ fn host_state(zone: BorrowedFd<'_>, path: &[String]) -> io::Result<Option<Stat>>
 /// Compares the checked tree with the baseline and the zone as it is now.
 pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &Collected) -> Changes {
     let zone = zone.as_fd();
-    let mut c = Changes { zone: zone_name.to_string(), refused: collected.refusals(), not_copied: baseline.not_copied_names(), ..Changes::default() };
+    let mut c = Changes {
+        zone: zone_name.to_string(),
+        refused: collected.refusals(),
+        not_copied: baseline.not_copied_names(),
+        too_large: baseline.too_large_names(),
+        ..Changes::default()
+    };
     let show = |p: &[String]| p.join("/");
     let mut clashed: BTreeSet<Vec<String>> = BTreeSet::new();
     let beneath_clash = |clashed: &BTreeSet<Vec<String>>, p: &[String]| !clashed.is_empty() && (1..=p.len()).any(|n| clashed.contains(&p[..n]));
     for (path, f) in &collected.files {
         // The worker never had what it could not read: nothing it leaves there replaces it.
-        if baseline.beneath_not_copied(path) {
-            c.refused.refuse(&show(path), Reason::NotCopied);
+        if let Some(why) = baseline.not_copied_reason(path) {
+            c.refused.refuse(&show(path), why);
             continue;
         }
         let before = baseline.files.get(path);
@@ -134,8 +141,8 @@ pub fn diff(zone_name: &str, zone: impl AsFd, baseline: &Baseline, collected: &C
         c.writes.push((path.clone(), f.clone()));
     }
     for path in collected.dirs.iter().filter(|d| !baseline.dirs.contains(*d)) {
-        if baseline.beneath_not_copied(path) {
-            c.refused.refuse(&format!("{}/", show(path)), Reason::NotCopied);
+        if let Some(why) = baseline.not_copied_reason(path) {
+            c.refused.refuse(&format!("{}/", show(path)), why);
             continue;
         }
         c.mkdirs.push(path.clone());
@@ -334,6 +341,7 @@ impl Changes {
             refused: self.refused.clone(),
             declined: self.declined.clone(),
             not_copied: self.not_copied.clone(),
+            too_large: self.too_large.clone(),
             ..Summary::new(&self.zone)
         }
     }

@@ -221,6 +221,9 @@ pub struct Summary {
     /// What the worker's user could not read when the copy was taken, so it was not copied
     /// (and is never deleted or overwritten on publish); directories end in `/`.
     pub not_copied: Names,
+    /// Files over the zone's `max_file_bytes` when the copy was taken: not copied (and never
+    /// deleted or overwritten on publish).
+    pub too_large: Names,
     /// Why nothing was published, when nothing was.
     pub withheld: Option<String>,
 }
@@ -265,6 +268,20 @@ impl Summary {
         Some(format!("not copied: {n} {what} the worker cannot read: {}{}", self.not_copied.shown().join(", "), more(self.not_copied.more())))
     }
 
+    /// `not copied: 1 file too large to copy (over the zone's max_file_bytes): big.img`.
+    pub fn too_large_line(&self) -> Option<String> {
+        if self.too_large.is_empty() {
+            return None;
+        }
+        let n = self.too_large.total();
+        Some(format!(
+            "not copied: {n} file{} too large to copy (over the zone's max_file_bytes): {}{}",
+            if n == 1 { "" } else { "s" },
+            self.too_large.shown().join(", "),
+            more(self.too_large.more())
+        ))
+    }
+
     /// The summary as a person reads it (names were escaped when they were kept).
     pub fn text(&self) -> String {
         use std::fmt::Write;
@@ -290,7 +307,7 @@ impl Summary {
         lines("declined", self.declined.iter().map(|p| format!("{p} (the reviewer said no)")).collect(), self.declined.more());
         lines("mode", self.bits_dropped.iter().map(|p| format!("{p} (set-uid/set-gid/sticky bit dropped)")).collect(), self.bits_dropped.more());
         lines("refused", self.refused.iter().map(|r| format!("{}: {}", r.path, r.reason)).collect(), self.refused.more());
-        if let Some(line) = self.not_copied_line() {
+        for line in [self.not_copied_line(), self.too_large_line()].into_iter().flatten() {
             let _ = write!(s, "\n  {line}");
         }
         if self.is_empty() && self.refused.is_empty() && self.conflicts.is_empty() && self.failed.is_empty() && self.declined.is_empty() {
@@ -340,8 +357,9 @@ impl Serialize for Summary {
             "dirs_added": self.dirs_added.total(), "dirs_deleted": self.dirs_deleted.total(),
             "conflicts": self.conflicts.total(), "failed": self.failed.total(), "declined": self.declined.total(),
             "refused": self.refused.total(), "bits_dropped": self.bits_dropped.total(), "not_copied": self.not_copied.total(),
+            "too_large": self.too_large.total(),
         });
-        let mut st = s.serialize_struct("Summary", 16)?;
+        let mut st = s.serialize_struct("Summary", 17)?;
         st.serialize_field("zone", &self.zone)?;
         st.serialize_field("status", &self.status)?;
         st.serialize_field("published", &self.published())?;
@@ -356,6 +374,7 @@ impl Serialize for Summary {
         st.serialize_field("refused", &self.refused)?;
         st.serialize_field("bits_dropped", &self.bits_dropped)?;
         st.serialize_field("not_copied", &self.not_copied)?;
+        st.serialize_field("too_large", &self.too_large)?;
         st.serialize_field("counts", &counts)?;
         if let Some(w) = &self.withheld {
             st.serialize_field("withheld", w)?;

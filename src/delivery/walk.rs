@@ -13,13 +13,53 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::{collect, DeliveryError, Policy};
 
-/// The names in the directory `dir`, sorted (without `.` and `..`).
-pub(crate) fn names(dir: impl AsFd) -> io::Result<Vec<CString>> {
+/// More names than the walk's entry budget allows: the walk stops instead of reading the
+/// rest of the directory into memory.
+#[derive(Debug, thiserror::Error)]
+#[error("more than {max} entries (the limit of a copy-delivered zone); the walk stopped there")]
+pub struct TooManyNames {
+    pub max: u64,
+}
+
+impl TooManyNames {
+    /// The limit when `e` is this error.
+    pub fn of(e: &io::Error) -> Option<u64> {
+        e.get_ref().and_then(|i| i.downcast_ref::<TooManyNames>()).map(|t| t.max)
+    }
+}
+
+/// An entry budget shared by a whole walk: each name read takes one, whatever directory it
+/// is in, so neither one huge directory nor many small ones hold more than `max` names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    pub max: u64,
+    pub used: u64,
+}
+
+impl Budget {
+    pub fn new(max: u64) -> Budget {
+        Budget { max, used: 0 }
+    }
+
+    fn take(&mut self) -> io::Result<()> {
+        self.used += 1;
+        if self.used > self.max {
+            return Err(io::Error::other(TooManyNames { max: self.max }));
+        }
+        Ok(())
+    }
+}
+
+/// The names in the directory `dir`, sorted (without `.` and `..`); each takes one of
+/// `budget`, and reading stops with [`TooManyNames`] once it is spent (a directory of a
+/// million names is not read into memory first).
+pub(crate) fn names(dir: impl AsFd, budget: &mut Budget) -> io::Result<Vec<CString>> {
     let mut out = Vec::new();
     for e in rustix::fs::Dir::read_from(dir)? {
         let e = e?;
         let n = e.file_name();
         if n != c"." && n != c".." {
+            budget.take()?;
             out.push(n.to_owned());
         }
     }
@@ -47,14 +87,15 @@ pub(crate) fn open_file(dir: impl AsFd, name: &CStr) -> io::Result<(std::fs::Fil
 /// with a trailing `/`; owners, times and modes beyond the permission bits left out).
 /// A file larger than `cap` is sent without its content, its size in a PAX record
 /// ([`collect::OVERSIZE_KEY`]), so that a huge (or sparse) file costs nothing to refuse.
-pub fn archive(dir: impl AsFd, out: impl Write, cap: u64) -> io::Result<()> {
+/// More than `max_entries` entries end the walk with [`TooManyNames`].
+pub fn archive(dir: impl AsFd, out: impl Write, cap: u64, max_entries: u64) -> io::Result<()> {
     let mut builder = tar::Builder::new(out);
-    walk(&mut builder, dir.as_fd(), &[], cap)?;
+    walk(&mut builder, dir.as_fd(), &[], cap, &mut Budget::new(max_entries))?;
     builder.into_inner()?.flush()
 }
 
-fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, prefix: &[u8], cap: u64) -> io::Result<()> {
-    for n in names(dir)? {
+fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, prefix: &[u8], cap: u64, budget: &mut Budget) -> io::Result<()> {
+    for n in names(dir, budget)? {
         let st = rustix::fs::statat(dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
         let mut path = prefix.to_vec();
         path.extend_from_slice(n.as_bytes());
@@ -83,7 +124,7 @@ fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, pre
                     let sub = open_dir(dir, &n)?;
                     let mut p = path.clone();
                     p.push(b'/');
-                    walk(b, sub.as_fd(), &p, cap)?;
+                    walk(b, sub.as_fd(), &p, cap, budget)?;
                 }
             }
             tar::EntryType::Regular => {
@@ -114,9 +155,14 @@ pub fn collect_dir(dir: impl AsFd + Send, policy: &Policy, staging: &mut collect
     let (reader, writer) = io::pipe().map_err(DeliveryError::io("open a pipe", ""))?;
     std::thread::scope(|s| {
         let cap = policy.max_file_bytes.unwrap_or(u64::MAX).min(policy.max_total_bytes);
-        let walker = s.spawn(move || archive(dir, writer, cap));
+        let max = policy.max_entries;
+        let walker = s.spawn(move || archive(dir, writer, cap, max));
         let collected = collect::collect_tar(reader, policy, staging);
         let walked = walker.join().unwrap_or_else(|_| Err(io::Error::other("the walk panicked")));
+        // The walk stopped at the entry limit: that, not the archive it cut short, is why.
+        if let Some(max) = walked.as_ref().err().and_then(TooManyNames::of) {
+            return Err(DeliveryError::TooManyEntries { max });
+        }
         let collected = collected?;
         walked.map_err(DeliveryError::io("read the worker's copy", ""))?;
         Ok(collected)

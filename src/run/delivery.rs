@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 
 use serde_json::json;
 
-use crate::delivery::{baseline, collect::Staging, publish, walk, Policy, Summary};
+use crate::delivery::{baseline, collect::Staging, publish, walk, DeliveryError, Policy, Summary};
 use crate::plan::{Held, LaunchPlan};
 use crate::sandbox::{CopiedArea, Sandbox};
 use crate::tools::approval::{Action, ApprovalMode, ApprovalRequest, Choice, Prompter, TerminalPrompter};
@@ -46,15 +46,23 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         let Some(mount) = plan.mounts.iter_mut().find(|m| m.target == c.target) else { continue };
         let zone = sandbox.mounts().iter().find(|m| m.name == c.zone).ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
         let host = mount.held.clone().ok_or_else(|| RunError::Plan(crate::plan::PlanError::CopyDelivery(c.zone.clone())))?;
-        let copy = baseline::copy_in(&*host.0, &c.zone, plan.user)?;
+        let policy = Policy { suffixes: zone.suffixes.clone(), max_file_bytes: zone.max_file_bytes, ..Policy::default() };
+        // The zone's bounds apply while the copy is taken: a zone over them is refused here,
+        // before the worker starts, as a plan that cannot be run (exit 2).
+        let copy = baseline::copy_in(&*host.0, &c.zone, plan.user, &policy).map_err(|e| match e {
+            e @ (DeliveryError::ZoneTooManyEntries { .. } | DeliveryError::ZoneTooManyBytes { .. }) => RunError::CopyRefused(e),
+            e => RunError::Delivery(e),
+        })?;
         // Said before the run, read-only zones included: the worker will not find these.
-        let note = Summary { not_copied: copy.baseline.not_copied_names(), ..Summary::default() };
+        let note = Summary { not_copied: copy.baseline.not_copied_names(), too_large: copy.baseline.too_large_names(), ..Summary::default() };
         if let Some(line) = note.not_copied_line() {
             eprintln!("workcell: zone {}: {line} (uid {})", crate::term::escape(&c.zone), plan.user.uid);
         }
+        if let Some(line) = note.too_large_line() {
+            eprintln!("workcell: zone {}: {line}", crate::term::escape(&c.zone));
+        }
         mount.held = Some(Held::dup(copy.root()).map_err(|e| crate::delivery::DeliveryError::io("hold the private copy", &c.zone)(e))?);
         mount.source = copy.path().to_path_buf();
-        let policy = Policy { suffixes: zone.suffixes.clone(), max_file_bytes: zone.max_file_bytes, ..Policy::default() };
         out.push(Delivery {
             zone: c.zone,
             target: c.target,

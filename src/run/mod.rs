@@ -64,6 +64,10 @@ pub enum RunError {
         #[source]
         source: Option<Box<crate::sandbox::SandboxError>>,
     },
+    /// A zone with `delivery: copy` is over the bounds of a copy: the plan cannot be run as
+    /// it is (refused like a bad configuration).
+    #[error(transparent)]
+    CopyRefused(crate::delivery::DeliveryError),
 }
 
 /// What the worker can ask the host for.
