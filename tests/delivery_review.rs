@@ -50,6 +50,11 @@ impl Scratch {
     /// `workcell run --backend B <extra> -- sh -c SCRIPT` with `answers` typed at the
     /// prompts, on a pseudo-terminal: pty_review.py's report.
     fn on_pty(&self, backend: &str, extra: &[&str], answers: &[&str], script: &str) -> Value {
+        self.on_pty_typed_ahead(backend, extra, "", answers, script)
+    }
+
+    /// [`Scratch::on_pty`], with `ahead` typed as soon as workcell starts.
+    fn on_pty_typed_ahead(&self, backend: &str, extra: &[&str], ahead: &str, answers: &[&str], script: &str) -> Value {
         let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_review.py");
         let out = Command::new("python3")
             .arg(driver)
@@ -60,6 +65,7 @@ impl Scratch {
             .args(["--", "sh", "-c", script])
             .current_dir(&self.dir)
             .env_remove("RUST_LOG")
+            .env("PTY_TYPEAHEAD", ahead)
             .stdin(Stdio::null())
             .output()
             .expect("run pty_review.py");
@@ -212,6 +218,24 @@ fn the_review_cannot_be_spoofed_by_the_worker() {
     assert_eq!(r["exit"], 0);
     let mode = std::fs::metadata(s.out("run.sh")).unwrap().permissions().mode();
     assert_eq!(mode & 0o111, 0o111, "published executable, as the review said");
+}
+
+/// A `y` typed before the question (here: as the run starts) does not answer it; a worker
+/// that set its terminal to turn Enter into a carriage return (`stty inlcr`) and stop echoing
+/// does not leave the review unanswerable.
+#[test]
+fn only_an_answer_to_the_question_counts() {
+    if !support::backend_ready("bwrap") {
+        return;
+    }
+    let s = Scratch::new("");
+    give_to_worker(&s.dir);
+    let r = s.on_pty_typed_ahead("bwrap", &["--review"], "y\n", &["n"], "echo a > /out/a.md");
+    assert!(s.listing().is_empty(), "the type-ahead answered the review: {}", r["output"]);
+    assert_eq!(r["exit"], HELD_BACK);
+    let r = s.on_pty("bwrap", &["--review"], &["y"], "echo b > /out/b.md; stty inlcr -echo <&1");
+    assert_eq!(s.listing(), ["b.md"], "the answer never reached workcell: {}", r["output"]);
+    assert_eq!(r["exit"], 0);
 }
 
 support::backend_suite!(

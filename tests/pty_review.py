@@ -4,7 +4,8 @@ terminal emulator, so scrolling regions, cursor moves and clears count as on a r
 
 Usage: pty_review.py ANSWERS_JSON CMD ARGS...
 ANSWERS_JSON is a JSON list of answers, typed one per prompt ("workcell: ...? [y]es...: ");
-once it is used up, "n" is typed. Prints one JSON object: {"exit": status, "output": the raw
+once it is used up, "n" is typed. PTY_TYPEAHEAD, when set, is typed as soon as the command
+starts (a person typing before any question was asked). Prints one JSON object: {"exit": status, "output": the raw
 output, "prompts": how many prompts were answered, "screens": the screen's lines at each prompt}.
 """
 import fcntl
@@ -26,6 +27,8 @@ pid, fd = pty.fork()
 if pid == 0:
     os.execvp(argv[0], argv)
 fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+if os.environ.get("PTY_TYPEAHEAD"):
+    os.write(fd, os.environ["PTY_TYPEAHEAD"].encode())
 
 screen = pyte.Screen(COLS, ROWS)
 stream = pyte.ByteStream(screen)

@@ -175,6 +175,7 @@ fn approve(d: &Delivery, changes: &mut Changes, staging: &Staging, pending: &Sum
         Ok(t) => t,
         Err(e) => return decided(Err(Withheld::NobodyToAsk(e))),
     };
+    tty.settle();
     let rows = tty.rows();
     let verdict = review::review(&mut tty, rows, changes, staging, pending);
     // A terminal that failed before the summary was written showed nothing.

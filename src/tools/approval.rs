@@ -168,6 +168,23 @@ impl Tty {
         Ok(Tty { out, input: BufReader::new(tty) })
     }
 
+    /// Makes the terminal fit for a question after a worker wrote to it: what was typed
+    /// before the question (type-ahead) is discarded, so only an answer given to it counts,
+    /// and the input modes a worker may have changed through its copy of the terminal
+    /// (`stty inlcr`, `igncr`, `-icrnl`: Enter never ends the line; `-icanon`, `-echo`)
+    /// are set back, so an answer can be typed, seen and ended. Best effort: a terminal that
+    /// refuses keeps its modes.
+    pub fn settle(&self) {
+        use rustix::termios::{tcflush, tcgetattr, tcsetattr, InputModes, LocalModes, OptionalActions, QueueSelector};
+        if let Ok(mut t) = tcgetattr(&self.out) {
+            t.input_modes.insert(InputModes::ICRNL);
+            t.input_modes.remove(InputModes::INLCR | InputModes::IGNCR);
+            t.local_modes.insert(LocalModes::ICANON | LocalModes::ECHO);
+            let _ = tcsetattr(&self.out, OptionalActions::Now, &t);
+        }
+        let _ = tcflush(&self.out, QueueSelector::IFlush);
+    }
+
     /// How many rows the terminal has.
     pub fn rows(&self) -> u16 {
         crate::term::rows(&self.out)
@@ -177,7 +194,7 @@ impl Tty {
 impl Ask for Tty {
     fn say(&mut self, text: &str) -> Result<(), PromptError> {
         // A terminal in raw mode (a worker run with -t that died) needs the carriage returns.
-        self.out.write_all(text.replace('\n', "\r\n").as_bytes()).and_then(|_| self.out.flush()).map_err(PromptError::Terminal)
+        self.out.write_all(text.replace("\r\n", "\n").replace('\n', "\r\n").as_bytes()).and_then(|_| self.out.flush()).map_err(PromptError::Terminal)
     }
 
     fn ask(&mut self, question: &str) -> Result<Option<String>, PromptError> {
