@@ -55,14 +55,24 @@ impl Scratch {
 
     /// [`Scratch::on_pty`], with `ahead` typed as soon as workcell starts.
     fn on_pty_typed_ahead(&self, backend: &str, extra: &[&str], ahead: &str, answers: &[&str], script: &str) -> Value {
+        let bin = assert_cmd::cargo::cargo_bin("workcell");
+        let mut argv = vec![bin.to_str().unwrap(), "run", "--backend", backend];
+        argv.extend_from_slice(extra);
+        argv.extend_from_slice(&["--", "sh", "-c", script]);
+        self.run_driver(ahead, answers, &argv)
+    }
+
+    /// `argv` on the pseudo-terminal, `answers` typed at the prompts.
+    fn on_pty_command(&self, answers: &[&str], argv: &[&str]) -> Value {
+        self.run_driver("", answers, argv)
+    }
+
+    fn run_driver(&self, ahead: &str, answers: &[&str], argv: &[&str]) -> Value {
         let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_review.py");
         let out = Command::new("python3")
             .arg(driver)
             .arg(serde_json::to_string(answers).unwrap())
-            .arg(assert_cmd::cargo::cargo_bin("workcell"))
-            .args(["run", "--backend", backend])
-            .args(extra)
-            .args(["--", "sh", "-c", script])
+            .args(argv)
             .current_dir(&self.dir)
             .env_remove("RUST_LOG")
             .env("PTY_TYPEAHEAD", ahead)
@@ -162,6 +172,13 @@ mod body {
         let output = r["output"].as_str().unwrap_or_default();
         assert_eq!(delivery_lines(output).len(), 1, "{output}");
         assert_eq!(output.matches("added     b.md").count(), 1, "{output}");
+        // Reviewed on the terminal, stderr into a file: the file has the whole summary.
+        let bin = assert_cmd::cargo::cargo_bin("workcell");
+        let wrapped = format!("exec {} run --backend {backend} --review -- sh -c 'echo c > /out/c.md' 2>../err.txt", bin.display());
+        let r = s.on_pty_command(&["y"], &["sh", "-c", &wrapped]);
+        let logged = std::fs::read_to_string(s.dir.join("../err.txt")).expect("stderr file");
+        assert!(logged.contains("added     c.md") && logged.contains("published"), "{logged}\n{}", r["output"]);
+        assert!(!logged.contains('\u{1b}'), "no escapes into a file: {logged:?}");
     }
 
     /// Something refused ends a run the worker ended with 0 with status 3; the worker's own

@@ -80,6 +80,8 @@ pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: 
             Some(why) => (Summary::withheld(&d.zone, why.to_string()), None),
             None => deliver(&d, review, mode),
         };
+        // The review was on the terminal; stderr going elsewhere (a log) gets it all.
+        let shown = shown.filter(|_| crate::term::stderr_is_terminal());
         if review.json {
             eprintln!("{}", delivery_line(&summary));
         } else {
