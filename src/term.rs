@@ -72,9 +72,12 @@ pub fn json_for_terminal(line: &str) -> String {
 /// person decides on: a scrolling region that keeps our lines in a corner (`ESC[r`), the
 /// alternate screen (`ESC[?1049l`), attributes such as invisible text (`ESC[0m`), a hidden
 /// cursor (`ESC[?25h`), autowrap off (`ESC[?7h`), origin mode (`ESC[?6l`) and a line-drawing
-/// character set (`ESC(B`). Then a separator line, so what follows is visibly workcell's and
-/// not a worker's drawing above it. Only for a terminal: pipes and files get none of it.
-pub const TERMINAL_RESET: &str = "\x1b[r\x1b[?1049l\x1b[0m\x1b[?25h\x1b[?7h\x1b[?6l\x1b(B";
+/// character set (`ESC(B`). First of all a string terminator (`ESC \`) and a cancel (`CAN`):
+/// an OSC or DCS string the worker opened and never ended would otherwise swallow all of it
+/// (a title or a device string instead of the summary), and a half-written sequence would eat
+/// its first bytes. Then a separator line, so what follows is visibly workcell's and not a
+/// worker's drawing above it. Only for a terminal: pipes and files get none of it.
+pub const TERMINAL_RESET: &str = "\x1b\\\x18\x1b[r\x1b[?1049l\x1b[0m\x1b[?25h\x1b[?7h\x1b[?6l\x1b(B";
 
 /// [`TERMINAL_RESET`], then a fresh line and the separator naming workcell and `what`.
 pub fn reset_and_separate(what: &str) -> String {

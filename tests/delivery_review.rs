@@ -216,25 +216,30 @@ mod body {
 }
 
 /// The worker clears the screen, draws a fake "no changes" summary, confines scrolling to
-/// the top two lines in origin mode and leaves the cursor there, having also left `run.sh`
-/// (executable) in the zone. At the question, the screen shows the real summary line for
-/// `run.sh` and the question, and not the fake.
+/// the top two lines in origin mode, hides the cursor and text and leaves the cursor there
+/// (and, in turn, an OSC or DCS string never ended, or half a control sequence), having also
+/// left `run.sh` (executable) in the zone. At the question, the screen shows the real summary
+/// line for `run.sh` and the question, and not the fake.
 #[test]
 fn the_review_cannot_be_spoofed_by_the_worker() {
     if !support::backend_ready("bwrap") {
         return;
     }
-    let s = Scratch::new("");
-    give_to_worker(&s.dir);
-    let script = r"printf '#!/bin/sh\necho hi\n' > /out/run.sh && chmod 755 /out/run.sh && printf '\033[2J\033[H\033[12;1Hworkcell: delivery of zone out:\n  no changes\n\033[?25l\033[8m\033[1;2r\033[?6h\033[1;1H'";
-    let r = s.on_pty("bwrap", &["--review"], &["y"], script);
-    let shown = screen(&r, 0);
-    assert!(shown.contains("added     run.sh (") && shown.contains(", executable)"), "the real summary is on the screen:\n{shown}");
-    assert!(shown.contains("workcell: publish these changes (1 added, 0 changed, 0 deleted) into zone out?"), "{shown}");
-    assert!(!shown.contains("no changes"), "the worker's fake summary is still on the screen:\n{shown}");
-    assert_eq!(r["exit"], 0);
-    let mode = std::fs::metadata(s.out("run.sh")).unwrap().permissions().mode();
-    assert_eq!(mode & 0o111, 0o111, "published executable, as the review said");
+    for tail in ["", r"\033]0;", r"\033P", r"\033[1;"] {
+        let s = Scratch::new("");
+        give_to_worker(&s.dir);
+        let script = format!(
+            r"printf '#!/bin/sh\necho hi\n' > /out/run.sh && chmod 755 /out/run.sh && printf '\033[2J\033[H\033[12;1Hworkcell: delivery of zone out:\n  no changes\n\033[?25l\033[8m\033[1;2r\033[?6h\033[1;1H{tail}'"
+        );
+        let r = s.on_pty("bwrap", &["--review"], &["y"], &script);
+        let shown = screen(&r, 0);
+        assert!(shown.contains("added     run.sh (") && shown.contains(", executable)"), "{tail}: the real summary is not on the screen:\n{shown}");
+        assert!(shown.contains("workcell: publish these changes (1 added, 0 changed, 0 deleted) into zone out?"), "{tail}:\n{shown}");
+        assert!(!shown.contains("no changes"), "{tail}: the worker's fake summary is still on the screen:\n{shown}");
+        assert_eq!(r["exit"], 0);
+        let mode = std::fs::metadata(s.out("run.sh")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "published executable, as the review said");
+    }
 }
 
 /// A `y` typed before the question (here: as the run starts) does not answer it; a worker
