@@ -144,17 +144,21 @@ mod body {
         assert_eq!(lines[0]["declined"], json!(["b.md", "old.md"]), "{}", lines[0]);
     }
 
-    /// A review of deletions only asks to delete, and a no keeps the host's file.
+    /// A review of deletions only asks to delete (a removed directory listed and counted), and
+    /// a no keeps the host's files.
     pub fn a_deletion_only_review_asks_to_delete(backend: &str) {
         let s = Scratch::new("");
         std::fs::write(s.out("old.md"), "host\n").unwrap();
+        std::fs::create_dir(s.out("gone")).unwrap();
+        std::fs::write(s.out("gone/x.md"), "x\n").unwrap();
         give_to_worker(&s.dir);
-        let r = s.on_pty(backend, &["--review"], &["n"], "rm /out/old.md");
+        let r = s.on_pty(backend, &["--review"], &["n"], "rm -r /out/old.md /out/gone");
         let output = r["output"].as_str().unwrap_or_default();
         let shown = screen(&r, 0);
-        assert!(shown.contains("workcell: delete 1 file(s) from zone out, as the worker did?"), "{shown}");
+        assert!(shown.contains("workcell: delete 2 file(s) and 1 directory(ies) from zone out, as the worker did?"), "{shown}");
+        assert!(shown.contains("dir gone  gone/"), "the removed directory is listed before the question: {shown}");
         assert!(!output.contains("allow write"), "{output}");
-        assert_eq!(s.listing(), ["old.md"]);
+        assert_eq!(s.listing(), ["gone", "old.md"]);
         assert_eq!(r["exit"], HELD_BACK, "{output}");
     }
 
