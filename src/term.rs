@@ -100,6 +100,41 @@ pub fn json_for_terminal(line: &str) -> String {
         .collect()
 }
 
+/// Undoes what a worker may have left set on the terminal before workcell shows something a
+/// person decides on: a scrolling region that keeps our lines in a corner (`ESC[r`), the
+/// alternate screen (`ESC[?1049l`), attributes such as invisible text (`ESC[0m`), a hidden
+/// cursor (`ESC[?25h`), autowrap off (`ESC[?7h`), origin mode (`ESC[?6l`) and a line-drawing
+/// character set (`ESC(B`). First of all a string terminator (`ESC \`) and a cancel (`CAN`):
+/// an OSC or DCS string the worker opened and never ended would otherwise swallow all of it
+/// (a title or a device string instead of the summary), and a half-written sequence would eat
+/// its first bytes. Then a separator line, so what follows is visibly workcell's and not a
+/// worker's drawing above it. Only for a terminal: pipes and files get none of it.
+pub const TERMINAL_RESET: &str = "\x1b\\\x18\x1b[r\x1b[?1049l\x1b[0m\x1b[?25h\x1b[?7h\x1b[?6l\x1b(B";
+
+/// [`TERMINAL_RESET`], then a fresh line and the separator naming workcell and `what`.
+pub fn reset_and_separate(what: &str) -> String {
+    format!("{TERMINAL_RESET}\r\n──── workcell: {} ────\r\n", escape(what))
+}
+
+/// [`TERMINAL_RESET`], then every line of the screen scrolled up into the terminal's
+/// history (`rows` high), then the separator: what the worker drew (a fake summary, a fake
+/// question) is no longer on the screen beside a question a person answers, and is still
+/// in the scrollback to read.
+pub fn reset_and_clear(what: &str, rows: u16) -> String {
+    format!("{TERMINAL_RESET}\x1b[{rows};1H{}{}", "\r\n".repeat(usize::from(rows)), &reset_and_separate(what)[TERMINAL_RESET.len()..])
+}
+
+/// The height of the terminal `fd` is, when it says (a terminal of 0 rows counts as 24).
+pub fn rows(fd: impl std::os::fd::AsFd) -> u16 {
+    rustix::termios::tcgetwinsize(fd).map(|w| w.ws_row).ok().filter(|r| *r > 0).unwrap_or(24)
+}
+
+/// True when standard error is a terminal (where [`reset_and_separate`] belongs).
+pub fn stderr_is_terminal() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal()
+}
+
 /// What an escaping variant leaves as it is.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Keep {
@@ -153,6 +188,15 @@ mod tests {
         assert_eq!(escape("a\u{7f}\u{85}b"), "a\\x7f\\x85b");
         assert_eq!(escape("a\\eb"), "a\\\\eb");
         assert_eq!(escape_lines("line one\nline\rtwo"), "line one\nline\\rtwo");
+    }
+
+    #[test]
+    fn a_review_starts_on_a_reset_cleared_terminal() {
+        let r = reset_and_clear("review", 3);
+        assert!(r.starts_with(TERMINAL_RESET), "{r:?}");
+        assert!(r.contains("\x1b[r") && r.contains("\x1b[?6l") && r.contains("\x1b[?1049l"), "{r:?}");
+        assert!(r.ends_with("\x1b[3;1H\r\n\r\n\r\n\r\n──── workcell: review ────\r\n"), "{r:?}");
+        assert!(!reset_and_separate("a\u{1b}[2J").contains("\u{1b}[2J"), "the label is escaped");
     }
 
     #[test]

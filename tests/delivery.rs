@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use support::{give_to_worker, write_project};
 
+/// Exit status of a run whose delivery held something back (README, "Exit statuses").
+const HELD_BACK: i32 = 3;
+
 const PRE: &str = "approval: {write: preApproved, delete: preApproved}";
 
 /// `tmp/proj` with `out/` (copy-delivered, `.md` only, at most 1000 bytes per file) and
@@ -118,7 +121,7 @@ mod body {
         let script = "cd /out && echo ok > ok.md && echo x > bad.exe && head -c 5000 /dev/zero > big.md && ln -s /etc/passwd link.md \
                       && echo h > h.md && ln h.md hard.md && mkfifo fifo.md && echo r > run.md && { chmod 4755 run.md 2>/dev/null; rm del.md; }";
         let out = s.run(backend, &["--json"], script);
-        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(out.status.code(), Some(HELD_BACK), "refusals end the run with the held-back status");
         assert_eq!(s.listing(), ["ok.md", "run.md"], "the host holds what passed, and nothing else");
         assert_eq!(std::fs::read_to_string(s.out("ok.md")).unwrap(), "ok\n");
         let mode = std::fs::metadata(s.out("run.md")).unwrap().permissions().mode();
@@ -154,7 +157,7 @@ mod body {
         let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         eprintln!("{err}");
-        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(out.status.code(), Some(HELD_BACK), "a conflict ends the run with the held-back status");
         assert_eq!(std::fs::read_to_string(s.out("conf.md")).unwrap(), "host\n", "a host change was overwritten");
         assert_eq!(std::fs::read_to_string(s.out("seen.md")).unwrap(), "orig\n", "the worker saw the live host directory");
         assert!(err.contains("conflict  conf.md"), "{err}");
@@ -173,7 +176,7 @@ mod body {
         let s = Scratch::new(PRE);
         give_to_worker(&s.dir);
         let out = s.run(backend, &["--review"], "echo r > /out/r.md");
-        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(out.status.code(), Some(HELD_BACK));
         assert!(s.listing().is_empty(), "{:?}", s.listing());
         assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published: nobody could be asked"));
     }
@@ -186,9 +189,9 @@ mod body {
         give_to_worker(&s.dir);
         let r = review_on_pty(&s, backend, "n", "echo r > /out/r.md && rm /out/old.md");
         let output = r["output"].as_str().unwrap_or_default();
-        assert_eq!(r["exit"], 0, "{output}");
+        assert_eq!(r["exit"], HELD_BACK, "{output}");
         assert_eq!(r["prompts"], 1, "exactly the delivery review is asked: {output}");
-        assert!(output.contains("workcell: allow write to the changes above into zone out?"), "{output}");
+        assert!(output.contains("workcell: publish these changes (1 added, 0 changed, 1 deleted) into zone out?"), "{output}");
         assert!(output.contains("added     r.md") && output.contains("deleted   old.md"), "the reviewer was shown the changes: {output}");
         assert_eq!(s.listing(), ["old.md"], "a change reached the host after a no");
         assert_eq!(std::fs::read_to_string(s.out("old.md")).unwrap(), "host\n");
@@ -204,7 +207,7 @@ mod body {
         give_to_worker(&s.dir);
         let r = review_on_pty(&s, backend, "y", "echo r > /out/r.md && echo x > /out/bad.exe && rm /out/old.md");
         let output = r["output"].as_str().unwrap_or_default();
-        assert_eq!(r["exit"], 0, "{output}");
+        assert_eq!(r["exit"], HELD_BACK, "bad.exe was refused: {output}");
         assert_eq!(r["prompts"], 1, "exactly the delivery review is asked: {output}");
         assert_eq!(s.listing(), ["r.md"], "the host holds the checked changes, and nothing else");
         assert_eq!(std::fs::read_to_string(s.out("r.md")).unwrap(), "r\n");
@@ -220,7 +223,7 @@ mod body {
         let s = Scratch::new("approval: {write: ask, delete: ask}");
         give_to_worker(&s.dir);
         let out = s.run(backend, &["--strict"], "echo a > /out/a.md");
-        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(out.status.code(), Some(HELD_BACK));
         assert!(s.listing().is_empty(), "{:?}", s.listing());
         // The same zone with --approve-all publishes.
         let out = s.run(backend, &["--approve-all"], "echo a > /out/a.md");
@@ -257,7 +260,7 @@ mod body {
             Arc::new(BackendRunner::new(p.clone(), choice, ApprovalMode::ApproveAll)),
         );
         let out = svc.call("call_worker", serde_json::json!({"name": "child"})).expect("the child runs");
-        assert_eq!(out["exit_code"], 0, "{out}");
+        assert_eq!(out["exit_code"], HELD_BACK, "the child's refusals: {out}");
         assert_eq!(s.listing(), ["c.md"], "only the checked file reaches the host");
         let log = std::fs::read_to_string(s.dir.join(".workcell/audit.jsonl")).expect("audit");
         assert!(log.contains("\"event\":\"delivery\"") && log.contains("\"reason\":\"symlink\""), "{log}");

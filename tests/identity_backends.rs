@@ -161,7 +161,8 @@ mod body {
             .output()
             .expect("run");
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+        // Refused (not copied) names: the held-back status, 3.
+        assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
         assert!(!stdout.contains("ROOT-ONLY-SECRET") && !stdout.contains("secret.txt") && !stdout.contains("private"), "not in the copy: {stdout}");
         assert!(stderr.contains("not copied: 2 files or directories the worker cannot read: private/, secret.txt"), "{stderr}");
         let sum = summary(&out);

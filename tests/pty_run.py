@@ -1,7 +1,8 @@
 """Runs a command on a pseudo-terminal and answers workcell's approval prompts.
 
 Usage: pty_run.py ANSWER CMD ARGS...
-Every time the output shows a prompt ("workcell: allow ... [n]o: "), ANSWER and a newline are
+Every time the output shows a prompt ("workcell: allow ... [n]o: ", or a delivery review's
+"workcell: publish ... [v]iew NAME: "), ANSWER and a newline are
 typed. Prints one JSON object: {"exit": status, "output": everything the terminal showed,
 "prompts": how many prompts were answered}.
 """
@@ -34,7 +35,7 @@ while time.time() < deadline:
             break
         out += chunk
     pending = out[answered_upto:]
-    m = re.search(rb"workcell: allow .*?\[n\]o: ", pending, re.S)
+    m = re.search(rb"workcell: allow .*?\[n\]o: |workcell: (?:publish|delete) [^\n]*?\[v\]iew NAME: ", pending, re.S)
     if m:
         answered_upto += m.end()
         prompts += 1

@@ -20,7 +20,7 @@ use super::Reason;
 use crate::hostrun::{Kind, Protection};
 
 /// One change a publish would make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     Add,
     Change,

@@ -6,12 +6,14 @@ use std::os::fd::AsFd;
 
 use serde_json::json;
 
-use crate::delivery::{baseline, collect::Staging, publish, walk, DeliveryError, Policy, Summary};
+use crate::delivery::publish::Changes;
+use crate::delivery::{baseline, collect::Staging, publish, walk, DeliveryError, Policy, Status, Summary};
 use crate::plan::{Held, LaunchPlan};
 use crate::sandbox::{CopiedArea, Sandbox};
-use crate::tools::approval::{Action, ApprovalMode, ApprovalRequest, Choice, Prompter, TerminalPrompter};
+use crate::tools::approval::{ApprovalMode, Tty};
 use crate::tools::audit::AuditLog;
 
+use super::review::{self, Withheld};
 use super::RunError;
 
 /// One copy-delivered mount of a run.
@@ -99,18 +101,27 @@ pub(super) fn on_copies(sandbox: &Sandbox, deliveries: &[Delivery]) -> Result<Sa
 }
 
 /// Collects, checks and (when allowed) publishes every writable copy. `withheld` says why
-/// nothing may be published (a timeout, an interruption, a failed start).
+/// nothing may be published (a timeout, an interruption, a failed start). Each zone's result
+/// is printed once: the full summary, or, after a review that showed the same changes, one
+/// result line; with `--json`, one delivery line per zone.
 pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: Review, mode: ApprovalMode, audit: &AuditLog) -> Vec<Summary> {
     let mut summaries = Vec::new();
     for d in deliveries.into_iter().filter(|d| d.writable) {
-        let summary = match withheld {
-            Some(why) => Summary::withheld(&d.zone, why.to_string()),
+        let (summary, shown) = match withheld {
+            Some(why) => (Summary::withheld(&d.zone, why.to_string()), None),
             None => deliver(&d, review, mode),
         };
+        // The review was on the terminal; stderr going elsewhere (a log) gets it all.
+        let shown = shown.filter(|_| crate::term::stderr_is_terminal());
         if review.json {
-            eprintln!("{}", serde_json::to_string(&json!({"delivery": &summary})).unwrap_or_default());
+            eprintln!("{}", delivery_line(&summary));
         } else {
-            eprintln!("{}", summary.text());
+            // Said after the worker wrote to the same terminal: nothing it left set may
+            // frame or hide the summary (a review said this already on its terminal).
+            if shown.is_none() && crate::term::stderr_is_terminal() {
+                eprint!("{}", crate::term::reset_and_separate("delivery"));
+            }
+            eprintln!("{}", result_text(&summary, shown.as_ref()));
         }
         if let Err(e) = audit.record("delivery", json!({"target": d.target, "summary": &summary})) {
             eprintln!("workcell: cannot record the delivery in the audit log: {e}");
@@ -120,8 +131,35 @@ pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: 
     summaries
 }
 
-fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
-    let failed = |why: String| Summary::withheld(&d.zone, why);
+/// The `--json` line of a summary: names are escaped already, and a terminal still gets no
+/// DEL, C1 or layout character from any other string in it.
+pub(super) fn delivery_line(summary: &Summary) -> String {
+    crate::term::json_for_terminal(&serde_json::to_string(&json!({"delivery": summary})).unwrap_or_default())
+}
+
+/// What to print about `summary` after a review showed `shown`: one line with the result
+/// when the changes are the ones shown, else the whole summary.
+pub(super) fn result_text(summary: &Summary, shown: Option<&Summary>) -> String {
+    let Some(shown) = shown else { return summary.text() };
+    let mut same = summary.clone();
+    same.status = shown.status;
+    same.withheld.clone_from(&shown.withheld);
+    if same != *shown {
+        return summary.text();
+    }
+    let result = match summary.status {
+        Status::Published => "published as shown".to_string(),
+        Status::Withheld => format!("nothing published: {}", crate::term::escape_lines(summary.withheld.as_deref().unwrap_or(""))),
+        // Not reached (a partial publish names what failed, so it differs); said plainly anyway.
+        Status::Partial => "published in part".to_string(),
+        Status::Pending | Status::NoChanges => "nothing to publish".to_string(),
+    };
+    format!("workcell: delivery of zone {}: {result}", crate::term::escape(&summary.zone))
+}
+
+/// Checks, reviews and publishes one zone; also the pending summary when a person was shown it.
+fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> (Summary, Option<Summary>) {
+    let failed = |why: String| (Summary::withheld(&d.zone, why), None);
     let mut staging = match Staging::new() {
         Ok(s) => s,
         Err(e) => return failed(format!("cannot create the staging directory: {e}")),
@@ -133,45 +171,92 @@ fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> Summary {
     let mut changes = publish::diff(&d.zone, &*d.host.0, &d.copy.baseline, &collected);
     changes.withhold_hostrun(&collected, &d.protection);
     if changes.is_empty() {
-        return changes.summary();
+        return (changes.summary(), None);
     }
-    if let Err(why) = approve(d, &changes.summary(), review, mode) {
+    let pending = changes.summary();
+    let asked = approve(d, &mut changes, &staging, &pending, review, mode);
+    let shown = asked.shown.then_some(pending);
+    if let Err(why) = asked.verdict {
         let mut s = changes.summary();
-        s.status = crate::delivery::Status::Withheld;
+        s.status = Status::Withheld;
         s.withheld = Some(why.to_string());
-        return s;
+        return (s, shown);
     }
-    changes.publish(&*d.host.0, &staging)
+    (changes.publish(&*d.host.0, &staging), shown)
 }
 
-/// Why a delivery's changes were not published (the summary's `withheld`).
-#[derive(Debug, thiserror::Error)]
-enum Withheld {
-    #[error("the zone's writes need approval and --strict denies every approval")]
-    Strict,
-    #[error("the reviewer said no")]
-    SaidNo,
-    #[error("nobody could be asked: {0}")]
-    NobodyToAsk(#[source] crate::tools::approval::PromptError),
+/// What [`approve`] decided, and whether a person was shown the pending summary.
+struct Asked {
+    verdict: Result<(), Withheld>,
+    shown: bool,
 }
 
-/// Asks for a yes when the zone or `--review` wants one; `Err` says why not.
-fn approve(d: &Delivery, summary: &Summary, review: Review, mode: ApprovalMode) -> Result<(), Withheld> {
+/// Asks for a yes when the zone or `--review` wants one.
+fn approve(d: &Delivery, changes: &mut Changes, staging: &Staging, pending: &Summary, review: Review, mode: ApprovalMode) -> Asked {
+    let decided = |verdict| Asked { verdict, shown: false };
     if !review.review && !d.ask {
-        return Ok(());
+        return decided(Ok(()));
     }
     if !review.review {
         match mode {
-            ApprovalMode::ApproveAll => return Ok(()),
-            ApprovalMode::Strict => return Err(Withheld::Strict),
+            ApprovalMode::ApproveAll => return decided(Ok(())),
+            ApprovalMode::Strict => return decided(Err(Withheld::Strict)),
             ApprovalMode::Interactive => {}
         }
     }
-    eprintln!("{}", summary.text());
-    let req = ApprovalRequest::new(Action::Write, format!("the changes above into zone {}", d.zone), d.zone.clone());
-    match TerminalPrompter.ask(&req) {
-        Ok(Choice::Once | Choice::Session) => Ok(()),
-        Ok(_) => Err(Withheld::SaidNo),
-        Err(e) => Err(Withheld::NobodyToAsk(e)),
+    let mut tty = match Tty::open() {
+        Ok(t) => t,
+        Err(e) => return decided(Err(Withheld::NobodyToAsk(e))),
+    };
+    tty.settle();
+    let rows = tty.rows();
+    let verdict = review::review(&mut tty, rows, changes, staging, pending);
+    // A terminal that failed before the summary was written showed nothing.
+    let shown = !matches!(verdict, Err(Withheld::NobodyToAsk(_)));
+    Asked { verdict, shown }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_line_has_no_raw_format_or_control_character() {
+        let mut s = Summary::withheld("out", "cannot read a\u{202e}txt.md\u{85}: gone".into());
+        s.refused.refuse("b\u{202e}c", crate::delivery::Reason::Symlink);
+        let line = delivery_line(&s);
+        assert!(!line.chars().any(|c| c.is_control() || c == '\u{202e}'), "{line}");
+        let back: serde_json::Value = serde_json::from_str(&line).expect("still JSON");
+        assert_eq!(back["delivery"]["withheld"], "cannot read a\u{202e}txt.md\u{85}: gone");
+    }
+
+    #[test]
+    fn after_a_review_the_result_is_one_line_unless_it_differs() {
+        let mut pending = Summary::new("out");
+        pending.added.file("a.md", 2, false);
+        pending.status = Status::Pending;
+        let mut published = pending.clone();
+        published.status = Status::Published;
+        assert_eq!(result_text(&published, Some(&pending)), "workcell: delivery of zone out: published as shown");
+        let mut said_no = pending.clone();
+        said_no.status = Status::Withheld;
+        said_no.withheld = Some("the reviewer said no".into());
+        assert_eq!(result_text(&said_no, Some(&pending)), "workcell: delivery of zone out: nothing published: the reviewer said no");
+        let mut partial = published.clone();
+        partial.status = Status::Partial;
+        partial.failed.fail("b.md", "no space".into());
+        assert!(result_text(&partial, Some(&pending)).contains("failed    b.md: no space"));
+        assert_eq!(result_text(&published, None), published.text());
+    }
+
+    #[test]
+    fn a_deletion_only_question_says_delete() {
+        let mut s = Summary::new("out");
+        s.deleted.name("old.md");
+        let q = review::question(&s);
+        assert!(q.starts_with("workcell: delete 1 file(s) from zone out, as the worker did?"), "{q}");
+        assert!(!q.contains("write") && !q.contains("[s]ession"), "{q}");
+        s.added.file("n.md", 1, false);
+        assert!(review::question(&s).starts_with("workcell: publish these changes (1 added, 0 changed, 1 deleted) into zone out?"));
     }
 }

@@ -8,6 +8,7 @@
 mod delivery;
 pub mod planted;
 pub mod refusals;
+mod review;
 
 use std::sync::{Arc, OnceLock};
 
@@ -26,6 +27,11 @@ use crate::tools::audit::AuditLog;
 use crate::tools::broker::{Broker, BrokerError};
 use crate::tools::runner::{BackendRunner, DeadlinePassed};
 use crate::tools::service::{Caller, ToolService};
+
+/// The exit status of a run whose worker exited 0 but whose delivery did not bring
+/// everything it left to the host (refused, withheld, declined, in conflict or failed; see
+/// [`crate::delivery::Summary::held_back`]). A worker's own non-zero status wins.
+pub const EXIT_HELD_BACK: i32 = 3;
 
 /// Why a run did not happen (or its end could not be recorded). Exit status 125 unless the
 /// plan itself was refused (2).
@@ -224,10 +230,11 @@ impl Session {
     }
 
     /// Checks and publishes the copy-delivered zones; only a worker that ended by itself
-    /// publishes (not a timeout, a signal, or a start that failed).
-    fn deliver(&mut self, exit_code: Option<i32>, timed_out: bool) {
+    /// publishes (not a timeout, a signal, or a start that failed). True when some zone's
+    /// delivery held something back.
+    fn deliver(&mut self, exit_code: Option<i32>, timed_out: bool) -> bool {
         if self.deliveries.is_empty() {
-            return;
+            return false;
         }
         let withheld = match exit_code {
             _ if timed_out => Some("the run timed out".to_string()),
@@ -237,7 +244,7 @@ impl Session {
             None => Some("the run failed".to_string()),
         };
         let deliveries = std::mem::take(&mut self.deliveries);
-        delivery::finish(deliveries, withheld.as_deref(), self.review, self.mode, &self.audit);
+        delivery::finish(deliveries, withheld.as_deref(), self.review, self.mode, &self.audit).iter().any(|s| s.held_back())
     }
 
     pub fn plan(&self) -> &LaunchPlan {
@@ -269,7 +276,13 @@ impl Session {
         // before anyone (the caller, the person) touches the zones again.
         let swept = planted::sweep(&self.plan);
         planted::tell(&swept, &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
-        self.deliver(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().is_ok_and(|f| f.timed_out));
+        let held_back = self.deliver(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().is_ok_and(|f| f.timed_out));
+        // A run that looks successful must not hide that part of its work stayed behind.
+        if let Ok(finished) = result.as_mut() {
+            if held_back && finished.exit_code == 0 {
+                finished.exit_code = EXIT_HELD_BACK;
+            }
+        }
         self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }

@@ -130,23 +130,91 @@ pub struct TerminalPrompter;
 
 impl Prompter for TerminalPrompter {
     fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, PromptError> {
-        let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(PromptError::NoTerminal)?;
-        let mut out = tty.try_clone().map_err(PromptError::Terminal)?;
-        let mut input = BufReader::new(tty);
+        let mut tty = Tty::open()?;
         loop {
-            // Start on a fresh line so a half-written line of worker output stays readable.
-            write!(out, "\r\n{}", prompt_text(req)).and_then(|_| out.flush()).map_err(PromptError::Terminal)?;
-            let mut line = String::new();
-            if input.read_line(&mut line).map_err(PromptError::Terminal)? == 0 {
-                return Ok(Choice::Deny);
-            }
-            match line.trim().to_ascii_lowercase().as_str() {
+            let Some(line) = tty.ask(&prompt_text(req))? else { return Ok(Choice::Deny) };
+            match line.as_str() {
                 "y" | "yes" => return Ok(Choice::Once),
                 "s" | "session" => return Ok(Choice::Session),
                 "" | "n" | "no" => return Ok(Choice::Deny),
                 _ => continue,
             }
         }
+    }
+}
+
+/// Something a question can be put to, a line at a time: the controlling terminal
+/// ([`Tty`]), or a script in tests. Prompts that are not an [`ApprovalRequest`] (a delivery
+/// review has no session choice) use it instead of reading a terminal of their own.
+pub trait Ask {
+    /// Shows `text` (already escaped by the caller) without asking anything.
+    fn say(&mut self, text: &str) -> Result<(), PromptError>;
+    /// Puts `question` and returns the answer trimmed and in lower case, except what
+    /// follows a first space (a name); `None` at end of input.
+    fn ask(&mut self, question: &str) -> Result<Option<String>, PromptError>;
+}
+
+/// The controlling terminal (`/dev/tty`), open for one exchange.
+#[derive(Debug)]
+pub struct Tty {
+    out: std::fs::File,
+    input: BufReader<std::fs::File>,
+}
+
+impl Tty {
+    pub fn open() -> Result<Tty, PromptError> {
+        let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(PromptError::NoTerminal)?;
+        let out = tty.try_clone().map_err(PromptError::Terminal)?;
+        Ok(Tty { out, input: BufReader::new(tty) })
+    }
+
+    /// Makes the terminal fit for a question after a worker wrote to it: what was typed
+    /// before the question (type-ahead) is discarded, so only an answer given to it counts,
+    /// and the input modes a worker may have changed through its copy of the terminal
+    /// (`stty inlcr`, `igncr`, `-icrnl`: Enter never ends the line; `-icanon`, `-echo`)
+    /// are set back, so an answer can be typed, seen and ended. Best effort: a terminal that
+    /// refuses keeps its modes.
+    pub fn settle(&self) {
+        use rustix::termios::{tcflush, tcgetattr, tcsetattr, InputModes, LocalModes, OptionalActions, QueueSelector};
+        if let Ok(mut t) = tcgetattr(&self.out) {
+            t.input_modes.insert(InputModes::ICRNL);
+            t.input_modes.remove(InputModes::INLCR | InputModes::IGNCR);
+            t.local_modes.insert(LocalModes::ICANON | LocalModes::ECHO);
+            let _ = tcsetattr(&self.out, OptionalActions::Now, &t);
+        }
+        let _ = tcflush(&self.out, QueueSelector::IFlush);
+    }
+
+    /// How many rows the terminal has.
+    pub fn rows(&self) -> u16 {
+        crate::term::rows(&self.out)
+    }
+}
+
+impl Ask for Tty {
+    fn say(&mut self, text: &str) -> Result<(), PromptError> {
+        // A terminal in raw mode (a worker run with -t that died) needs the carriage returns.
+        self.out.write_all(text.replace("\r\n", "\n").replace('\n', "\r\n").as_bytes()).and_then(|_| self.out.flush()).map_err(PromptError::Terminal)
+    }
+
+    fn ask(&mut self, question: &str) -> Result<Option<String>, PromptError> {
+        // Start on a fresh line so a half-written line of worker output stays readable.
+        self.say(&format!("\n{question}"))?;
+        let mut line = String::new();
+        if self.input.read_line(&mut line).map_err(PromptError::Terminal)? == 0 {
+            return Ok(None);
+        }
+        Ok(Some(answer(&line)))
+    }
+}
+
+/// An answer as prompts compare it: trimmed, the word before a first space in lower case
+/// (`V Notes.md` is `v Notes.md`).
+fn answer(line: &str) -> String {
+    let line = line.trim();
+    match line.split_once(' ') {
+        Some((word, rest)) => format!("{} {}", word.to_ascii_lowercase(), rest.trim()),
+        None => line.to_ascii_lowercase(),
     }
 }
 
