@@ -111,7 +111,8 @@ mod body {
         // big.md's place is refused: the host's is never replaced.
         let script = "cd /out && { test -e big.md && echo SAW-BIG; echo copy-kib $(du -sk . | cut -f1); echo mine > big.md; echo s2 > small.md; }";
         let out = p.run(backend, script);
-        assert_eq!(out.status.code(), Some(0));
+        // 3: the delivery held something back (the worker's big.md, refused).
+        assert_eq!(out.status.code(), Some(3));
         let text = stdout(&out);
         assert!(!text.contains("SAW-BIG"), "the worker saw the file over max_file_bytes: {text}");
         assert!(number_after(&text, "copy-kib ") < 1024, "the copy takes room for the sparse file: {text}");
@@ -151,7 +152,8 @@ mod body {
         let script = "cd /out && p=a; j=0; while [ $j -lt 99 ]; do p=$p/a; j=$((j+1)); done; mkdir chain; i=0; \
                       while [ $i -lt 1000 ]; do mkdir -p next/$p && mv chain next/$p/ && mv next chain || exit 1; i=$((i+1)); done; echo built";
         let out = p.run(backend, script);
-        assert_eq!(out.status.code(), Some(0));
+        // 3: the delivery refused what lies deeper than 64 levels.
+        assert_eq!(out.status.code(), Some(3));
         assert!(stdout(&out).contains("built"));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("cannot remove"), "{err}");
