@@ -111,6 +111,8 @@ pub struct ShellRun {
     pub env: Vec<(String, String)>,
     /// The directory the command starts in (the one its paths were judged from).
     pub workdir: String,
+    /// Bytes given to the command on its standard input (empty: an empty input).
+    pub stdin: Vec<u8>,
 }
 
 pub use super::attach::Attachment;
@@ -371,7 +373,7 @@ impl ToolService {
             let scope = rule.clone().unwrap_or_else(|| command.to_string());
             self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
         }
-        let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env: git_guard::env(), workdir };
+        let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env: git_guard::env(), workdir, stdin: Vec::new() };
         let timeout = timeout.clamp(1, 3600);
         let mut out = self.runner.run(&sb, &run, timeout).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
         out.stdout_truncated_bytes = cap(&mut out.stdout, out.stdout_truncated_bytes);

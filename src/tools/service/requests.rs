@@ -62,10 +62,18 @@ pub struct ListArgs {
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 pub struct ShellArgs {
-    /// One command line, without pipes, redirections or chains.
+    /// A command line in POSIX shell syntax: pipelines, `&&`, `||`, `;`, redirections,
+    /// subshells and `cd` are allowed; every program it runs is judged by the shell rules.
     pub command: String,
     /// Seconds before the command is killed (default 30).
     pub timeout: Option<u64>,
+    /// Sandbox directory the command starts in (default: the sandbox's working directory).
+    pub cwd: Option<String>,
+    /// Environment variables added for this command only.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Text given to the command on its standard input (default: none, an empty input).
+    pub stdin: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
