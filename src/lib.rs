@@ -5,6 +5,7 @@
 //! [`sandbox::Sandbox`]; `derive()` narrows it per worker; [`plan`] turns a worker's
 //! effective sandbox into a backend-neutral launch plan that a backend renders and runs.
 
+pub mod agent;
 pub mod backend;
 pub mod cli;
 pub mod config;

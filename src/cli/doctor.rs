@@ -127,6 +127,8 @@ struct ProjectFindings {
     error: Option<String>,
     /// Zones the worker's user cannot use, as `run` would refuse them (`plan::access`).
     access: Vec<String>,
+    /// The project's default image (how an MCP session runs its commands depends on it).
+    image: Option<crate::config::ImageRef>,
 }
 
 fn project_findings(cli: &Cli) -> Option<ProjectFindings> {
@@ -138,9 +140,10 @@ fn project_findings(cli: &Cli) -> Option<ProjectFindings> {
     Some(match Project::load(Some(&file), &cwd) {
         Ok(p) => {
             let access = access_findings(&p);
-            ProjectFindings { file, workers: p.workers.keys().cloned().collect(), broken: p.broken.into_iter().collect(), error: None, access }
+            let image = Some(p.defaults.image.clone());
+            ProjectFindings { file, workers: p.workers.keys().cloned().collect(), broken: p.broken.into_iter().collect(), error: None, access, image }
         }
-        Err(e) => ProjectFindings { file, workers: Vec::new(), broken: Vec::new(), error: Some(e.to_string()), access: Vec::new() },
+        Err(e) => ProjectFindings { file, workers: Vec::new(), broken: Vec::new(), error: Some(e.to_string()), access: Vec::new(), image: None },
     })
 }
 
@@ -181,6 +184,9 @@ fn print_project(p: &ProjectFindings) {
     }
     if !p.broken.is_empty() {
         println!("  (a broken worker file stops only the commands that use that worker)");
+    }
+    if let Some(image) = &p.image {
+        println!("  mcp sessions: one sandbox per session, commands by {}", crate::run::resident::Exec::summary(image));
     }
     for finding in &p.access {
         // Already escaped where it quotes paths and names.

@@ -44,13 +44,19 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     }
     // Shell commands and child workers run under the worker's runtime, as in its own run.
     let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());
-    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode).under_runtime(runtime);
+    // One sandbox for the whole session, kept between its shell commands.
+    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode).under_runtime(runtime).with_session();
+    let session = runner.session.clone();
     let run_id = crate::plan::new_run_id();
     let chain = worker.iter().map(|w| w.name.clone()).collect();
     let service = Arc::new(runner.service_for(Caller { worker, chain }, sandbox, &run_id));
     let _ = service.audit().record("session_start", serde_json::json!({"transport": "mcp"}));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| CliError::Failed(format!("cannot start the runtime: {e}")))?;
     let result = rt.block_on(McpServer::new(service.clone()).serve_stdio());
+    // The client is gone (or closed stdin): the session's sandbox goes with it.
+    if let Some(session) = session {
+        session.end();
+    }
     let _ = service.audit().record("session_end", serde_json::json!({"transport": "mcp"}));
     if let Some(summary) = service.expansion_summary() {
         eprintln!("{summary}");

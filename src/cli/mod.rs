@@ -91,6 +91,12 @@ pub enum Command {
         /// The container to remove if the run's workcell dies without removing it.
         container: String,
     },
+    /// Internal: the exec agent of a session sandbox, its first process (see `agent`).
+    #[command(name = "__agent", hide = true)]
+    Agent {
+        /// The socket workcell listens on, inside the sandbox.
+        socket: std::path::PathBuf,
+    },
 }
 
 /// How requests that need a person's yes are answered.
@@ -137,6 +143,10 @@ pub fn load_project(config: Option<&std::path::Path>) -> Result<Project, CliErro
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    // The agent runs inside the sandbox: no logging set-up, no watchdog, nothing else.
+    if let Command::Agent { socket } = &cli.command {
+        return crate::agent::serve::main(socket);
+    }
     init_logging(cli.log_format);
     // Runs started from this binary can leave a watchdog behind (it runs this binary again).
     crate::backend::docker::reaper::enable();
@@ -150,6 +160,7 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(&cli, a),
         Command::Gc(a) => gc::run(a),
         Command::Reap { container } => Ok(crate::backend::docker::reaper::watch(container)),
+        Command::Agent { socket } => Ok(crate::agent::serve::main(socket)),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)

@@ -65,6 +65,11 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         let mut v = serde_json::to_value(&plan).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("docker".into(), docker);
+            let way = |b| crate::run::resident::Exec::for_plan(&plan.image, b);
+            obj.insert(
+                "mcp_session".into(),
+                serde_json::json!({"docker": way(crate::backend::Selected::Docker), "bwrap": way(crate::backend::Selected::Bwrap)}),
+            );
             let pending: Vec<_> = sandbox.pending_roots().into_iter().map(|(path, write)| serde_json::json!({"sandbox_path": path, "write": write})).collect();
             if !pending.is_empty() {
                 obj.insert("pending_grants".into(), serde_json::Value::Array(pending));
@@ -94,6 +99,7 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         }
         print_protected(&plan);
         println!("limits:   {}", limits_text(&plan.limits));
+        println!("mcp:      one sandbox per session, commands by {}", crate::run::resident::Exec::summary(&plan.image));
         match &plan.runtime {
             Some(r) => println!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
             None => println!("runtime:  the Docker daemon's default"),

@@ -584,4 +584,15 @@ impl LaunchPlan {
         self.env.insert("WORKCELL_BROKER".to_string(), format!("{BROKER_MOUNT_POINT}/broker.sock"));
         self.env.insert("WORKCELL_TOKEN".to_string(), token.to_string());
     }
+
+    /// Binds the exec agent's socket directory `dir` and this binary (the agent's program)
+    /// read-only, both by handle (see `crate::agent`).
+    pub fn attach_agent(&mut self, dir: &Path) -> std::io::Result<()> {
+        let exe = std::fs::read_link("/proc/self/exe")?;
+        for (source, target) in [(dir.to_path_buf(), crate::agent::SOCKET_DIR), (exe, crate::agent::PROGRAM)] {
+            let held = Held(Arc::new(std::fs::File::open(&source)?.into()));
+            self.mounts.push(PlanMount { source, target: target.to_string(), read_only: true, held: Some(held) });
+        }
+        Ok(())
+    }
 }

@@ -8,6 +8,7 @@
 mod delivery;
 pub mod planted;
 pub mod refusals;
+pub mod resident;
 mod review;
 
 use std::sync::{Arc, OnceLock};
@@ -86,6 +87,13 @@ pub enum Services<'a> {
     Broker { instructions: Option<&'a str> },
     /// A child worker's broker: its input, attachments and instructions staged beside it.
     Child { input: &'a str, attachments: &'a [Attachment], instructions: &'a str },
+    /// A session sandbox run by the exec agent (`run::resident`): `dir` holds the socket the
+    /// agent connects to, and this binary is bound in as the agent's program. The session
+    /// lives without the run's timeout, which caps each command instead.
+    Agent { dir: std::path::PathBuf },
+    /// A session sandbox whose commands come through the Engine API's exec: no socket, and
+    /// the run's timeout caps each command, not the session.
+    Resident,
 }
 
 /// What a run is made of, before anything is created.
@@ -120,6 +128,9 @@ pub struct Session {
     deliveries: Vec<delivery::Delivery>,
     review: Review,
     mode: ApprovalMode,
+    /// A session sandbox's cap on each command's time (the run's own timeout, lifted from
+    /// the session itself).
+    pub(crate) call_cap: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for Session {
@@ -154,7 +165,7 @@ impl Session {
         // its shell commands and its child workers change the copy, reviewed at the end.
         let sandbox = delivery::on_copies(&sandbox, &deliveries)?;
         // This run's own runner: the shell commands of its worker go to its container.
-        let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, ..spec.parent.clone() }
+        let runner = BackendRunner { exec_in: Arc::new(OnceLock::new()), choice: spec.choice, session: None, ..spec.parent.clone() }
             .serving(plan.limits)
             .under_runtime(plan.runtime.clone());
         let caller = Caller { worker: spec.worker.cloned(), chain: spec.chain.clone() };
@@ -163,8 +174,19 @@ impl Session {
         let sandbox = sandbox.pinning(plan.protected.iter().flat_map(|a| a.bound.iter().map(|b| (b.identity, b.entry.clone()))));
         let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
+        let mut call_cap = None;
         let (broker, reserved) = match spec.services {
             Services::None => (None, None),
+            Services::Resident => {
+                call_cap = plan.limits.timeout.take();
+                (None, None)
+            }
+            Services::Agent { dir } => {
+                call_cap = plan.limits.timeout.take();
+                plan.attach_agent(&dir)
+                    .map_err(|e| RunError::Backend(BackendError::Io { what: "cannot bind the exec agent into the session sandbox".into(), source: e }))?;
+                (None, None)
+            }
             Services::Broker { instructions } => {
                 let broker = Broker::bind(service.clone())?;
                 if let Some(text) = instructions {
@@ -208,7 +230,7 @@ impl Session {
         // The review and approval mode of the run that starts this one (`workcell run`'s own
         // flags at the top): a nested run never publishes with less review than its parent.
         let (mode, review) = (spec.parent.mode, spec.parent.review);
-        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review, mode };
+        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review, mode, call_cap };
         session.record_start(&spec.chain)?;
         created.keep();
         Ok(session)

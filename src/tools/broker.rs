@@ -91,7 +91,7 @@ pub fn new_token() -> Result<String, BrokerError> {
 /// tmpfs where there is one: it lives for one run, and creating and removing it on a disk
 /// file system was a third of the broker's cost per run (≈ 0.3 ms of ≈ 1 ms on ext4). In
 /// order: `$XDG_RUNTIME_DIR` (per user), `$TMPDIR` when set, `/dev/shm`, the system default.
-fn private_dir() -> Result<tempfile::TempDir, BrokerError> {
+pub(crate) fn private_dir() -> Result<tempfile::TempDir, BrokerError> {
     let mut last = None;
     for base in private_dir_bases() {
         match tempfile::Builder::new().prefix("workcell-broker-").tempdir_in(&base) {

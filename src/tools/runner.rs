@@ -1,7 +1,7 @@
 //! Runs shell commands and child workers for the tool service inside a fresh boundary of
 //! the selected backend: the command sees the caller's sandbox, nothing more.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
@@ -10,6 +10,7 @@ use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, T
 use crate::backend::{self, BackendError, Finished, Output};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
+use crate::run::resident::{Resident, ResidentError};
 use crate::run::{Review, RunError, Services, Session, Spec};
 use crate::sandbox::Sandbox;
 
@@ -34,6 +35,65 @@ pub struct BackendRunner {
     /// How the run this runner serves shows and approves its copy-delivered results
     /// (`--review`, `--json`): its shell commands and child workers inherit it.
     pub review: Review,
+    /// An MCP session's sandbox, kept between its shell commands (`workcell mcp`); a run's
+    /// own runner never has one (its commands go to its container or a fresh sandbox).
+    pub session: Option<Arc<SessionSandbox>>,
+}
+
+/// The sandbox of one MCP session: started at the first shell command, replaced when the
+/// session's sandbox changes (a granted directory) or its sandbox ended, stopped at
+/// [`SessionSandbox::end`]. Commands run one at a time.
+#[derive(Debug, Default)]
+pub struct SessionSandbox {
+    current: Mutex<Option<Current>>,
+}
+
+#[derive(Debug)]
+struct Current {
+    /// The mounts it was started with.
+    key: Vec<(std::path::PathBuf, String, bool)>,
+    /// `None`: this configuration keeps no sandbox between calls.
+    resident: Option<Resident>,
+}
+
+fn key_of(sandbox: &Sandbox) -> Vec<(std::path::PathBuf, String, bool)> {
+    crate::plan::mounts_for(sandbox).into_iter().map(|m| (m.source, m.target, m.read_only)).collect()
+}
+
+impl SessionSandbox {
+    /// Runs `cmd` in the session's sandbox (started or replaced as needed); `None` when this
+    /// configuration keeps none (the command then gets a fresh sandbox of its own).
+    fn exec(&self, runner: &BackendRunner, sandbox: &Sandbox, cmd: &ShellRun, timeout: Duration) -> Option<Result<Finished, RunnerError>> {
+        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = key_of(sandbox);
+        let usable = current.as_ref().is_some_and(|c| c.key == key && c.resident.as_ref().is_none_or(Resident::alive));
+        if !usable {
+            if let Some(old) = current.take().and_then(|c| c.resident) {
+                tracing::debug!(run_id = old.run_id(), "replacing the session sandbox (its mounts changed or it ended)");
+                old.stop();
+            }
+            match Resident::start(runner, sandbox) {
+                Ok(resident) => *current = Some(Current { key, resident }),
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+        let resident = current.as_ref()?.resident.as_ref()?;
+        Some(resident.exec(cmd, timeout).map_err(RunnerError::from))
+    }
+
+    /// The session's sandbox id (its run id), if one runs.
+    pub fn id(&self) -> Option<String> {
+        let current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        current.as_ref()?.resident.as_ref().map(|r| r.run_id().to_string())
+    }
+
+    /// Stops the session's sandbox and waits until it is torn down.
+    pub fn end(&self) {
+        let taken = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(r) = taken.and_then(|c| c.resident) {
+            r.stop();
+        }
+    }
 }
 
 /// The run's timeout has passed: nothing more is started in it.
@@ -53,6 +113,9 @@ pub enum RunnerError {
     /// The command's or the child's own run could not be prepared or carried out.
     #[error(transparent)]
     Run(#[from] RunError),
+    /// The session's sandbox could not be started or did not answer.
+    #[error(transparent)]
+    Session(#[from] ResidentError),
 }
 
 /// A prompter for `mode`: the terminal when interactive and one exists, else none.
@@ -95,7 +158,13 @@ impl BackendRunner {
             deadline: None,
             runtime: None,
             review: Review::default(),
+            session: None,
         }
+    }
+
+    /// This runner keeping one sandbox for all the shell commands of an MCP session.
+    pub fn with_session(self) -> BackendRunner {
+        BackendRunner { session: Some(Arc::new(SessionSandbox::default())), ..self }
     }
 
     /// This runner for a run with `limits` that starts now.
@@ -144,6 +213,11 @@ impl SandboxRunner for BackendRunner {
             plan.workdir = cmd.workdir.clone();
             plan.env.extend(cmd.env.iter().cloned());
             return Ok(backend::docker::exec_captured(&plan, &cmd.args, timeout).map(to_output)?);
+        }
+        if let Some(session) = &self.session {
+            if let Some(result) = session.exec(self, sandbox, cmd, timeout) {
+                return result.map(to_output);
+            }
         }
         let ov = Overrides {
             command: Some(cmd.args.clone()),

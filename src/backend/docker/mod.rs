@@ -254,3 +254,39 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
     rt.shutdown_background();
     Ok(result?)
 }
+
+/// Whether the container of `plan` exists and runs (a session sandbox waiting for commands).
+pub fn is_running(plan: &LaunchPlan) -> bool {
+    let name = render::container_name(plan);
+    let Ok(rt) = runtime() else { return false };
+    rt.block_on(async {
+        let Ok(docker) = connect().await else { return false };
+        docker
+            .inspect_container(&name, None::<bollard::query_parameters::InspectContainerOptions>)
+            .await
+            .is_ok_and(|c| c.state.and_then(|s| s.running).unwrap_or(false))
+    })
+}
+
+/// Kills the container of `plan` (a session sandbox at the end of its session); its run then
+/// removes it as after any ending. Errors are left to that run and to `workcell gc`.
+pub fn kill(plan: &LaunchPlan) {
+    let name = render::container_name(plan);
+    let Ok(rt) = runtime() else { return };
+    rt.block_on(async {
+        if let Ok(docker) = connect().await {
+            let _ = docker.kill_container(&name, None::<bollard::query_parameters::KillContainerOptions>).await;
+        }
+    });
+}
+
+/// The host pid of the first process of `plan`'s container, while it runs.
+pub fn main_pid(plan: &LaunchPlan) -> Option<u32> {
+    let name = render::container_name(plan);
+    let rt = runtime().ok()?;
+    rt.block_on(async {
+        let docker = connect().await.ok()?;
+        let c = docker.inspect_container(&name, None::<bollard::query_parameters::InspectContainerOptions>).await.ok()?;
+        c.state?.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0)
+    })
+}

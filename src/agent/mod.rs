@@ -1,0 +1,146 @@
+//! The exec agent of a session sandbox: a small server, this very binary started as the
+//! sandbox's first process (`workcell __agent SOCKET`), that runs one command per request
+//! inside the sandbox, so a call pays for a fork and an exec, not for a container or a set
+//! of namespaces.
+//!
+//! Reaching it: workcell listens on a Unix socket in a private directory mounted into the
+//! sandbox; the agent connects to it when it starts, before any command of the worker
+//! exists, and workcell then closes the listener and removes the socket file
+//! (`run::resident`). The one connection is the only way to the agent: nothing in the
+//! sandbox can connect again, and the agent is not dumpable, so the worker's commands
+//! (the same uid) cannot open its descriptors through `/proc` or trace it.
+//!
+//! Frames both ways: a 4-byte big-endian length, then that many bytes of JSON.
+
+pub mod serve;
+
+use std::io::{Read, Write};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+/// Where the agent's directory (holding the socket) appears inside the sandbox.
+pub const SOCKET_DIR: &str = "/run/workcell-agent";
+/// The socket's file name in that directory.
+pub const SOCKET_NAME: &str = "agent.sock";
+/// Where the agent's program (this binary, bound read-only) appears inside the sandbox.
+pub const PROGRAM: &str = "/run/workcell-agent-bin";
+/// Largest frame either side reads: a request holds at most 1 MiB of stdin (base64) and
+/// its words; a response two capped streams (base64).
+pub const MAX_FRAME: usize = 4 << 20;
+
+/// The agent's first frame: who it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub agent: String,
+    /// Its pid inside the sandbox.
+    pub pid: u32,
+}
+
+/// One command to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub argv: Vec<String>,
+    /// Added to the agent's own environment (the plan's) for this command.
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    /// Given on the command's standard input, then closed (base64).
+    #[serde(with = "b64")]
+    pub stdin: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    pub exit_code: i32,
+    pub timed_out: bool,
+    #[serde(with = "b64")]
+    pub stdout: Vec<u8>,
+    #[serde(with = "b64")]
+    pub stderr: Vec<u8>,
+    pub stdout_cut: u64,
+    pub stderr_cut: u64,
+    /// Processes the command left behind that were killed at its end.
+    pub leftovers_killed: u32,
+}
+
+mod b64 {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Why a frame could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The other side closed the connection between frames.
+    #[error("the connection was closed")]
+    Closed,
+    #[error("a frame of {0} bytes is over the limit of {MAX_FRAME}")]
+    TooLarge(usize),
+    #[error("the connection failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("a frame is not valid JSON of the expected kind: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Writes `value` as one frame.
+pub fn write_frame<T: Serialize>(w: &mut impl Write, value: &T) -> Result<(), FrameError> {
+    let body = serde_json::to_vec(value)?;
+    if body.len() > MAX_FRAME {
+        return Err(FrameError::TooLarge(body.len()));
+    }
+    let mut frame = Vec::with_capacity(body.len() + 4);
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Reads one frame; [`FrameError::Closed`] at a clean end between frames.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, FrameError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+/// Base64 of `bytes` (for tests and messages).
+pub fn encode(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_refuse_oversize() {
+        let req = Request { argv: vec!["true".into()], env: vec![("A".into(), "1".into())], cwd: "/tmp".into(), stdin: b"\x00\xff".to_vec(), timeout_ms: 5 };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &req).unwrap();
+        assert_eq!(read_frame::<Request>(&mut buf.as_slice()).unwrap(), req);
+        assert!(matches!(read_frame::<Request>(&mut &b""[..]), Err(FrameError::Closed)));
+        let huge = ((MAX_FRAME + 1) as u32).to_be_bytes();
+        assert!(matches!(read_frame::<Request>(&mut &huge[..]), Err(FrameError::TooLarge(_))));
+    }
+}

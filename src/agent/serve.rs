@@ -1,0 +1,200 @@
+//! The agent's side, inside the sandbox: connect, say hello, then run one command per
+//! request until the connection closes. Each command is a process group of its own with its
+//! own timeout and bounded output; when it ends, every process it left in the sandbox is
+//! killed too, so nothing a call starts outlives it.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal};
+
+use super::{read_frame, write_frame, FrameError, Hello, Request, Response};
+use crate::backend::capture::{Bounded, OUTPUT_CAP};
+
+/// Rounds of killing what a command left behind (a process that forks as fast as it is
+/// killed is bounded by the sandbox's process limit; each round is a fresh look at /proc).
+const KILL_ROUNDS: usize = 200;
+
+/// `workcell __agent SOCKET`: serves until workcell closes the connection. Exit status 0
+/// then; 125 when it could not connect or the connection broke.
+pub fn main(socket: &Path) -> i32 {
+    // Not dumpable: the worker's commands run as the same uid, and could otherwise open the
+    // agent's connection through /proc/PID/fd or trace it.
+    if let Err(e) = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable) {
+        eprintln!("workcell agent: cannot make itself undumpable: {e}");
+        return 125;
+    }
+    let mut stream = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("workcell agent: cannot connect to {}: {e}", socket.display());
+            return 125;
+        }
+    };
+    let keep = ancestors();
+    if let Err(e) = write_frame(&mut stream, &Hello { agent: env!("CARGO_PKG_VERSION").into(), pid: std::process::id() }) {
+        eprintln!("workcell agent: {e}");
+        return 125;
+    }
+    loop {
+        let request: Request = match read_frame(&mut stream) {
+            Ok(r) => r,
+            Err(FrameError::Closed) => return 0,
+            Err(e) => {
+                eprintln!("workcell agent: {e}");
+                return 125;
+            }
+        };
+        let response = run(request, &keep);
+        if write_frame(&mut stream, &response).is_err() {
+            return 0;
+        }
+    }
+}
+
+/// The agent and the processes above it (the sandbox's init): never killed.
+fn ancestors() -> HashSet<u32> {
+    let mut keep = HashSet::from([std::process::id(), 1]);
+    let mut pid = std::process::id();
+    for _ in 0..64 {
+        match parent_of(pid) {
+            Some(p) if p > 1 && keep.insert(p) => pid = p,
+            _ => break,
+        }
+    }
+    keep
+}
+
+/// Fields of /proc/PID/stat after the command name: (state, ppid).
+fn stat_of(pid: u32) -> Option<(char, u32)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name is in parentheses and may hold anything: read after the last ')'.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    stat_of(pid).map(|(_, p)| p)
+}
+
+fn spawn_failed(program: &str, e: &std::io::Error) -> Response {
+    let (code, what) = match e.kind() {
+        std::io::ErrorKind::NotFound => (crate::backend::EXIT_NOT_FOUND, "not found"),
+        std::io::ErrorKind::PermissionDenied => (crate::backend::EXIT_NOT_EXECUTABLE, "permission denied"),
+        _ => (crate::backend::EXIT_NOT_EXECUTABLE, "cannot be executed"),
+    };
+    Response { exit_code: code, stderr: format!("workcell: {}: {what} ({e})\n", crate::term::escape(program)).into_bytes(), ..Response::default() }
+}
+
+/// Reads a stream to its end, keeping [`OUTPUT_CAP`] bytes (the rest is read and counted,
+/// so the command never blocks on a full pipe).
+fn drain(stream: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Bounded> {
+    std::thread::spawn(move || {
+        let mut kept = Bounded::new(OUTPUT_CAP);
+        if let Some(mut s) = stream {
+            let mut buf = [0u8; 16384];
+            while let Ok(n @ 1..) = s.read(&mut buf) {
+                kept.push(&buf[..n]);
+            }
+        }
+        kept
+    })
+}
+
+fn run(request: Request, keep: &HashSet<u32>) -> Response {
+    let Some((program, args)) = request.argv.split_first() else {
+        return spawn_failed("", &std::io::ErrorKind::NotFound.into());
+    };
+    if !Path::new(&request.cwd).is_dir() {
+        let text = format!("workcell: the working directory {} does not exist in the sandbox\n", crate::term::escape(&request.cwd));
+        return Response { exit_code: crate::backend::EXIT_NOT_EXECUTABLE, stderr: text.into_bytes(), ..Response::default() };
+    }
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(request.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&request.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return spawn_failed(program, &e),
+    };
+    let stdin = child.stdin.take();
+    let input = request.stdin;
+    // A command that does not read its input gets EPIPE once it is gone, never a hang.
+    let writer = std::thread::spawn(move || {
+        if let Some(mut s) = stdin {
+            let _ = s.write_all(&input);
+        }
+    });
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let (status, timed_out) = match rx.recv_timeout(Duration::from_millis(request.timeout_ms.max(1))) {
+        Ok(s) => (s, false),
+        Err(_) => {
+            if let Some(p) = Pid::from_raw(pid as i32) {
+                let _ = rustix::process::kill_process_group(p, Signal::KILL);
+            }
+            (rx.recv().unwrap_or_else(|_| Err(std::io::ErrorKind::Other.into())), true)
+        }
+    };
+    // Whatever it started, in its group or not, goes with it: only then do the pipes end.
+    let leftovers_killed = kill_leftovers(keep);
+    let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    let _ = writer.join();
+    let exit_code = match status {
+        _ if timed_out => crate::backend::EXIT_TIMEOUT,
+        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Err(_) => crate::backend::EXIT_INTERNAL,
+    };
+    Response { exit_code, timed_out, stdout: out.kept, stderr: err.kept, stdout_cut: out.cut, stderr_cut: err.cut, leftovers_killed }
+}
+
+/// Kills every process in the sandbox but the agent and its ancestors, until none is left;
+/// returns how many distinct processes were killed. Reaps what is the agent's to reap
+/// (it is the orphans' parent when it runs as pid 1).
+fn kill_leftovers(keep: &HashSet<u32>) -> u32 {
+    let mut killed = HashSet::new();
+    for _ in 0..KILL_ROUNDS {
+        reap();
+        let mut alive = false;
+        let Ok(dir) = std::fs::read_dir("/proc") else { break };
+        for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
+            if keep.contains(&pid) || matches!(stat_of(pid), Some(('Z' | 'X', _)) | None) {
+                continue;
+            }
+            if let Some(p) = Pid::from_raw(pid as i32) {
+                if rustix::process::kill_process(p, Signal::KILL).is_ok() {
+                    alive = true;
+                    killed.insert(pid);
+                }
+            }
+        }
+        if !alive {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    reap();
+    killed.len() as u32
+}
+
+/// Collects exited children without waiting.
+fn reap() {
+    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
+}

@@ -1,0 +1,140 @@
+//! One sandbox per MCP session (`run::resident`, `agent`), through the official MCP Python
+//! SDK (tests/mcp_session.py): 20 shell calls reuse one sandbox (the same run id), `/tmp`
+//! and the working directory keep files between calls, a process a call leaves behind does
+//! not outlive it, a timeout kills the call and not the session; and the sandbox is gone
+//! after a normal end, after the client is killed and after `workcell mcp` is killed.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+mod support;
+
+fn project() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let p = tmp.path();
+    std::fs::create_dir_all(p.join("out")).expect("mkdir");
+    std::fs::write(p.join("workcell.yaml"), "sandbox:\n  zones:\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n")
+        .expect("write");
+    support::give_to_worker(p);
+    tmp
+}
+
+fn client(dir: &Path, backend: &str, mode: &str) -> Command {
+    assert!(Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success()), "the mcp Python package is required (.ci/run installs it)");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_session.py");
+    let mut c = Command::new("python3");
+    c.arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(dir).arg(backend).arg(mode).arg("--approve-all");
+    c
+}
+
+/// Host processes that belong to the session sandbox `run_id` (bwrap's argv and docker's
+/// container name carry it).
+fn left_of(dir: &Path, backend: &str, run_id: &str) -> Vec<String> {
+    let mut left: Vec<String> = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(run_id) {
+                left.push(format!("pid {pid}: {}", String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+            }
+        }
+    }
+    if backend == "docker" {
+        left.extend(support::containers_with_label(&format!("dev.workcell.project={}", dir.display())).into_iter().map(|c| format!("container {c}")));
+    }
+    left
+}
+
+fn wait_gone(dir: &Path, backend: &str, run_id: &str) {
+    let start = Instant::now();
+    loop {
+        let left = left_of(dir, backend, run_id);
+        if left.is_empty() {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(90), "the session sandbox {run_id} is still there: {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Starts a client in hold mode; returns it, the server's pid and the sandbox's run id.
+fn hold(dir: &Path, backend: &str) -> (std::process::Child, u32, String) {
+    let mut child = client(dir, backend, "hold").stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("client");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("read");
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("client said {line:?}: {e}"));
+    let run_id = v["run_id"].as_str().expect("run id").to_string();
+    assert!(!run_id.is_empty(), "{v}");
+    let config = format!("{}/workcell.yaml", dir.display());
+    let server = support::processes_with_arg(&config)
+        .into_iter()
+        .find(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"mcp")))
+        .expect("the workcell mcp process");
+    assert!(!left_of(dir, backend, &run_id).is_empty(), "the session sandbox should run while the client holds it");
+    (child, server, run_id)
+}
+
+mod body {
+    use super::*;
+
+    pub fn session_reuses_one_sandbox(backend: &str) {
+        let tmp = project();
+        let out = client(tmp.path(), backend, "reuse").output().expect("client");
+        assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let ids: Vec<&str> = r["ids"].as_array().expect("ids").iter().filter_map(Value::as_str).collect();
+        assert_eq!(ids.len(), 20);
+        assert!(!ids[0].is_empty() && ids.iter().all(|i| *i == ids[0]), "one sandbox for 20 calls: {ids:?}");
+        // State persists between calls.
+        assert_eq!(r["touch_tmp"]["exit_code"], 0, "{}", r["touch_tmp"]);
+        assert_eq!(r["ls_tmp"]["exit_code"], 0, "/tmp/kept is gone: {}", r["ls_tmp"]);
+        assert_eq!(r["ls_work"]["exit_code"], 0, "{}", r["ls_work"]);
+        assert!(tmp.path().join("out/kept-in-workdir").exists());
+        // What a call started in the background did not outlive it.
+        assert_eq!(r["daemon"]["exit_code"], 0, "{}", r["daemon"]);
+        let procs = r["procs"]["stdout"].as_str().unwrap_or("");
+        assert!(r["procs"]["exit_code"] == 0 && !procs.contains("'sleep'"), "a call's daemon survived it: {}", r["procs"]);
+        // A timeout ends the call, not the session.
+        assert_eq!(r["timeout"]["timed_out"], true, "{}", r["timeout"]);
+        assert_eq!(r["timeout"]["exit_code"], 124, "{}", r["timeout"]);
+        assert_eq!(r["after_timeout"]["stdout"].as_str().map(str::trim), Some(ids[0]), "{}", r["after_timeout"]);
+        // stdin, env and cwd arguments.
+        assert_eq!(r["stdin"]["stdout"], "given on stdin\n", "{}", r["stdin"]);
+        assert_eq!(r["env_cwd"]["stdout"], "hi\n", "{}", r["env_cwd"]);
+        assert_eq!(r["pwd_tmp"]["stdout"], "/tmp\n", "{}", r["pwd_tmp"]);
+        // The worker's commands cannot reach the agent: its socket is gone, its descriptors,
+        // environment and memory are closed to them (it is not dumpable).
+        let probe: Value = serde_json::from_str(r["probe"]["stdout"].as_str().unwrap_or("")).unwrap_or_else(|e| panic!("probe: {} ({e})", r["probe"]));
+        assert_ne!(probe["connect"], "connected", "{probe}");
+        assert_eq!(probe["agents"], 1, "the agent should be visible as a process: {probe}");
+        for what in ["fd", "environ", "mem"] {
+            assert_ne!(probe[what], "opened", "the worker opened the agent's {what}: {probe}");
+        }
+        // The client ended normally: the sandbox is gone.
+        wait_gone(tmp.path(), backend, ids[0]);
+    }
+
+    pub fn session_ends_when_the_client_is_killed(backend: &str) {
+        let tmp = project();
+        let (mut child, _server, run_id) = hold(tmp.path(), backend);
+        child.kill().expect("SIGKILL the client");
+        let _ = child.wait();
+        wait_gone(tmp.path(), backend, &run_id);
+    }
+
+    pub fn session_ends_when_the_server_is_killed(backend: &str) {
+        let tmp = project();
+        let (mut child, server, run_id) = hold(tmp.path(), backend);
+        rustix::process::kill_process(rustix::process::Pid::from_raw(server as i32).expect("pid"), rustix::process::Signal::KILL).expect("SIGKILL workcell");
+        wait_gone(tmp.path(), backend, &run_id);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+support::backend_suite!(bwrap, "bwrap", [session_reuses_one_sandbox, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]);
+support::backend_suite!(docker, "docker", [session_reuses_one_sandbox, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]);
