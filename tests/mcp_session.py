@@ -5,6 +5,7 @@ Usage: mcp_session.py WORKCELL_BIN PROJECT_DIR BACKEND MODE [EXTRA_ARG...]
 MODE reuse: 20 shell calls report the sandbox's run id; /tmp and the working directory
             keep files between calls; a process a call leaves in the background does not
             outlive it; a timeout kills the call, not the session. Prints one JSON object.
+MODE named: three calls' run ids and a file in /tmp between two calls (a named image).
 MODE hold:  one call (the session's sandbox then exists), prints {"run_id": ...} and a
             newline, then waits for ever: the Rust test kills this client or the server.
 """
@@ -69,6 +70,14 @@ async def main():
                 r = await sh("printenv WORKCELL_RUN_ID")
                 print(json.dumps({"run_id": r["stdout"].strip(), "call": r}), flush=True)
                 await asyncio.sleep(3600)
+                return
+            if mode == "named":
+                # Debian's static busybox has no printenv applet: `env`, and the line read here.
+                envs = [(await sh("env"))["stdout"] for _ in range(3)]
+                out = {"ids": [next((l.split("=", 1)[1] for l in e.splitlines() if l.startswith("WORKCELL_RUN_ID=")), "") for e in envs]}
+                out["touch"] = await sh("touch /tmp/kept")
+                out["ls"] = await sh("ls /tmp/kept")
+                print(json.dumps(out))
                 return
             out = {"ids": []}
             for _ in range(20):

@@ -136,5 +136,63 @@ mod body {
     }
 }
 
+/// A local image FROM scratch holding busybox under the names of the applets the test
+/// calls (`with_sleep`: also as `sleep`, which keeps a session container waiting).
+fn image(tag: &str, with_sleep: bool) -> String {
+    let mut b = tar::Builder::new(Vec::new());
+    let bb = std::fs::read("/usr/bin/busybox").expect("static busybox at /usr/bin/busybox");
+    let mut names = vec!["env", "touch", "ls"];
+    if with_sleep {
+        names.push("sleep");
+    }
+    let mut df = String::from("FROM scratch\n");
+    for name in &names {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(bb.len() as u64);
+        h.set_mode(0o755);
+        b.append_data(&mut h, name, bb.as_slice()).expect("tar");
+        df.push_str(&format!("COPY {name} /bin/{name}\n"));
+    }
+    let mut h = tar::Header::new_gnu();
+    h.set_size(df.len() as u64);
+    h.set_mode(0o644);
+    b.append_data(&mut h, "Dockerfile", df.as_bytes()).expect("tar");
+    let tag = format!("workcell-test-session:{tag}-{}", std::process::id());
+    let mut child = Command::new("docker").args(["build", "-q", "-t", &tag, "-"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().expect("docker build");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &b.into_inner().expect("tar")).expect("context");
+    assert!(child.wait().expect("docker build").success(), "docker build {tag}");
+    tag
+}
+
+/// With a named image, commands go through the Engine API's exec into one container when
+/// the image has `sleep`; without it, each command gets a container of its own. Either
+/// way nothing is left at the end.
+#[test]
+fn named_images_exec_into_one_container_or_run_one_per_call() {
+    if !support::backend_ready("docker") {
+        return;
+    }
+    for (with_sleep, tag) in [(true, "sleep"), (false, "nosleep")] {
+        let tag = image(tag, with_sleep);
+        let tmp = project();
+        std::fs::write(tmp.path().join("workcell.yaml"), format!("sandbox:\n  zones:\n    out: {{path: ./out, mode: rw}}\ndefaults:\n  image: {tag}\n"))
+            .expect("write");
+        let out = client(tmp.path(), "docker", "named").output().expect("client");
+        let _ = Command::new("docker").args(["rmi", "-f", &tag]).output();
+        assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
+        let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        let ids: Vec<&str> = r["ids"].as_array().expect("ids").iter().filter_map(Value::as_str).collect();
+        assert!(ids.iter().all(|i| !i.is_empty()), "{r}\n{}", String::from_utf8_lossy(&out.stderr));
+        if with_sleep {
+            assert!(ids.iter().all(|i| *i == ids[0]), "one container for the session: {ids:?}");
+            assert_eq!(r["ls"]["exit_code"], 0, "/tmp keeps files: {}", r["ls"]);
+        } else {
+            assert!(ids[0] != ids[1] && ids[1] != ids[2], "a container per command: {ids:?}");
+        }
+        let left = support::containers_with_label(&format!("dev.workcell.project={}", tmp.path().display()));
+        assert!(left.is_empty(), "containers left: {left:?}");
+    }
+}
+
 support::backend_suite!(bwrap, "bwrap", [session_reuses_one_sandbox, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]);
 support::backend_suite!(docker, "docker", [session_reuses_one_sandbox, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]);

@@ -17,9 +17,10 @@ use rustix::process::{Pid, Signal};
 use super::{read_frame, write_frame, FrameError, Hello, Request, Response};
 use crate::backend::capture::{Bounded, OUTPUT_CAP};
 
-/// Rounds of killing what a command left behind (a process that forks as fast as it is
-/// killed is bounded by the sandbox's process limit; each round is a fresh look at /proc).
-const KILL_ROUNDS: usize = 200;
+/// How long the agent keeps killing what a command left behind (each round a fresh look at
+/// /proc; a process that forks as fast as it is killed is bounded by the process limit and
+/// loses: a killed process forks no more).
+const KILL_FOR: Duration = Duration::from_secs(5);
 
 /// `workcell __agent SOCKET`: serves until workcell closes the connection. Exit status 0
 /// then; 125 when it could not connect or the connection broke.
@@ -170,7 +171,8 @@ fn run(request: Request, keep: &HashSet<u32>) -> Response {
 /// (it is the orphans' parent when it runs as pid 1).
 fn kill_leftovers(keep: &HashSet<u32>) -> u32 {
     let mut killed = HashSet::new();
-    for _ in 0..KILL_ROUNDS {
+    let until = std::time::Instant::now() + KILL_FOR;
+    while std::time::Instant::now() < until {
         reap();
         let mut alive = false;
         let Ok(dir) = std::fs::read_dir("/proc") else { break };

@@ -62,7 +62,9 @@ impl Exec {
     pub fn summary(image: &ImageRef) -> String {
         let name = |w: Option<Exec>| match w {
             Some(Exec::Agent) => "exec agent",
-            Some(Exec::EngineExec) => "Engine API exec (only image: host can run the agent)",
+            Some(Exec::EngineExec) => {
+                "Engine API exec into a container waiting on the image's `sleep` (only image: host can run the agent; without `sleep`, a container per command)"
+            }
             None => "a fresh sandbox per command",
         };
         format!("docker: {}; bwrap: {}", name(Exec::for_plan(image, Selected::Docker)), name(Exec::for_plan(image, Selected::Bwrap)))
@@ -178,7 +180,15 @@ impl Resident {
                 let stream = l.accept(&mut resident)?;
                 resident.way = Way::Agent(Mutex::new(stream));
             }
-            None => resident.wait_running()?,
+            None => match resident.wait_running() {
+                // An image without a `sleep` cannot keep a container waiting: each command then
+                // gets a container of its own, as before sessions.
+                Err(ResidentError::Ended(why)) => {
+                    tracing::debug!(reason = %why, "the image cannot keep a session container waiting; a container per command");
+                    return Ok(None);
+                }
+                r => r?,
+            },
         }
         tracing::debug!(run_id = %resident.plan.run_id, way = ?way, "session sandbox started");
         Ok(Some(resident))
@@ -265,7 +275,13 @@ impl Resident {
                 return Err(self.ended());
             }
             if backend::docker::is_running(&self.plan) {
-                return Ok(());
+                // Running can mean the container's init is up while `sleep` was not found:
+                // the image must run a `sleep` of its own before the session relies on it.
+                return match backend::docker::exec_captured(&self.plan, &["sleep".into(), "0".into()], Duration::from_secs(30)) {
+                    Ok(f) if f.exit_code == 0 => Ok(()),
+                    Ok(f) => Err(ResidentError::Ended(format!("`sleep` exited {} in the image: {}", f.exit_code, String::from_utf8_lossy(&f.stderr)))),
+                    Err(e) => Err(ResidentError::Ended(e.to_string())),
+                };
             }
             std::thread::sleep(Duration::from_millis(20));
         }
