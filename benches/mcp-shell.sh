@@ -27,9 +27,10 @@ chmod 755 "$dir"  # workers run as an unprivileged user when this runs as root
 cleanup() {
   # Containers of this script (llm-sandbox's and the exec target), then workcell's for the
   # project, then the image: also after Ctrl-C or a failed call.
-  docker ps -aq --filter label=dev.workcell.bench=mcp-shell | xargs -r docker rm -f >/dev/null
-  docker ps -aq --filter label=dev.workcell.project="$dir" | xargs -r docker rm -f >/dev/null
-  docker rmi -f "$image" >/dev/null 2>&1 || true
+  # Bounded: a daemon that does not answer must not keep Ctrl-C from ending this script.
+  timeout 60 docker ps -aq --filter label=dev.workcell.bench=mcp-shell | xargs -r timeout 60 docker rm -f >/dev/null || true
+  timeout 60 docker ps -aq --filter label=dev.workcell.project="$dir/project" | xargs -r timeout 60 docker rm -f >/dev/null || true
+  timeout 60 docker rmi -f "$image" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
 trap cleanup EXIT

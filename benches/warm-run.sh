@@ -24,8 +24,9 @@ pool=false
 "$workcell" pool --help >/dev/null 2>&1 && pool=true
 cleanup() {
   # Also after Ctrl-C: pooled sandboxes, then any container of the project.
-  if $pool; then (cd "$dir" && "$workcell" pool drain >/dev/null 2>&1) || true; fi
-  docker ps -aq --filter label=dev.workcell.project="$dir" | xargs -r docker rm -f >/dev/null
+  # Bounded: a daemon that does not answer must not keep Ctrl-C from ending this script.
+  if $pool; then (cd "$dir" && timeout 60 "$workcell" pool drain >/dev/null 2>&1) || true; fi
+  timeout 60 docker ps -aq --filter label=dev.workcell.project="$dir" | xargs -r timeout 60 docker rm -f >/dev/null || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
