@@ -4,8 +4,9 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
+use super::approval::{terminal_available, ApprovalMode, Approver, Preapproved, Prompter, TerminalPrompter};
 use super::audit::AuditLog;
+use super::elicit::{ElicitPrompter, Elicitation};
 use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
 use crate::backend::{self, BackendError, Finished, Output};
 use crate::config::{BackendChoice, Limits, Project, Worker};
@@ -34,6 +35,13 @@ pub struct BackendRunner {
     /// How the run this runner serves shows and approves its copy-delivered results
     /// (`--review`, `--json`): its shell commands and child workers inherit it.
     pub review: Review,
+    /// Kinds of request approved in advance (`--approve shell`), for this run and all it
+    /// starts.
+    pub preapproved: Preapproved,
+    /// The MCP session's client, when approvals may be elicited from it (`workcell mcp`
+    /// without `--no-elicit`): every tool service this runner makes — the session's, a shell
+    /// command's (its egress `ask`), a child worker's — asks there once the client takes it.
+    pub elicitation: Option<Elicitation>,
 }
 
 /// The run's timeout has passed: nothing more is started in it.
@@ -58,7 +66,7 @@ pub enum RunnerError {
 /// A prompter for `mode`: the terminal when interactive and one exists, else none.
 pub fn prompter_for(mode: ApprovalMode) -> Option<Box<dyn Prompter>> {
     match mode {
-        ApprovalMode::Interactive if std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok() => Some(Box::new(TerminalPrompter)),
+        ApprovalMode::Interactive if terminal_available() => Some(Box::new(TerminalPrompter)),
         _ => None,
     }
 }
@@ -95,7 +103,28 @@ impl BackendRunner {
             deadline: None,
             runtime: None,
             review: Review::default(),
+            preapproved: Preapproved::default(),
+            elicitation: None,
         }
+    }
+
+    /// This runner with `preapproved` kinds of request approved without asking.
+    pub fn preapproving(self, preapproved: Preapproved) -> BackendRunner {
+        BackendRunner { preapproved, ..self }
+    }
+
+    /// This runner asking through `elicitation` (an MCP session's client) once it can.
+    pub fn eliciting(self, elicitation: Elicitation) -> BackendRunner {
+        BackendRunner { elicitation: Some(elicitation), ..self }
+    }
+
+    /// The approver of one tool service of this runner.
+    fn approver(&self) -> Approver {
+        let prompter = match (&self.elicitation, self.mode) {
+            (Some(e), ApprovalMode::Interactive) => Some(Box::new(ElicitPrompter::new(e.clone())) as Box<dyn Prompter>),
+            _ => prompter_for(self.mode),
+        };
+        Approver::new(self.mode, prompter).preapproving(self.preapproved)
     }
 
     /// This runner for a run with `limits` that starts now.
@@ -129,7 +158,7 @@ impl BackendRunner {
             self.project.clone(),
             caller,
             sandbox,
-            Approver::new(self.mode, prompter_for(self.mode)),
+            self.approver(),
             AuditLog::new(&self.project.dir, run_id),
             Arc::new(self.clone()),
         )
