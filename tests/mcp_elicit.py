@@ -5,7 +5,8 @@ Usage: mcp_elicit.py WORKCELL_BIN PROJECT_DIR BACKEND EXTRA_ARGS_JSON ANSWERS_JS
 EXTRA_ARGS_JSON: more arguments for `workcell mcp` (["--no-elicit"], ["--approve", "shell"]).
 ANSWERS_JSON: null for a client without the elicitation capability, else the answers to give
 in order: "allow_once", "allow_for_session", "deny" (an accepted form with that value),
-"decline", "cancel", or "bogus" (an accepted form with a value not offered).
+"decline", "cancel", "bogus" (an accepted form with a value not offered), or "error" (the
+callback answers with a JSON-RPC error).
 CALLS_JSON: a list of [tool, arguments].
 Prints {"tools": [...], "calls": [{"error", "text"}], "asked": [{"message", "schema"}]}.
 """
@@ -38,6 +39,8 @@ async def main():
             return types.ElicitResult(action="decline")
         if answer == "cancel":
             return types.ElicitResult(action="cancel")
+        if answer == "error":
+            return types.ErrorData(code=types.INVALID_REQUEST, message="the client failed")
         if answer == "bogus":
             return types.ElicitResult(action="accept", content={"answer": "yes please"})
         return types.ElicitResult(action="accept", content={"answer": answer})

@@ -28,8 +28,12 @@ fn project() -> tempfile::TempDir {
     std::fs::create_dir_all(p.join("out")).expect("mkdir");
     std::fs::write(p.join("data/hello.txt"), "hello\n").expect("write");
     let script = format!(r#"{CURL} --data-binary '{{"path":"/out/child.txt","content":"from the child"}}' http://workcell/v1/tools/write_file; echo"#);
-    let child = format!("---\nsandbox:\n  zones:\n    - {{name: out, mode: rw}}\ncommand: {}\n---\nWrite.\n", serde_json::to_string(&["sh", "-c", &script]).expect("json"));
-    let w = "---\nsandbox:\n  zones:\n    - {name: out, mode: rw}\n    - {name: data, mode: ro}\nshell_rules:\n  - {pattern: rm, allowed: false}\n---\nA worker.\n";
+    let child = format!(
+        "---\nsandbox:\n  zones:\n    - {{name: out, mode: rw}}\ncommand: {}\n---\nWrite.\n",
+        serde_json::to_string(&["sh", "-c", &script]).expect("json")
+    );
+    let w =
+        "---\nsandbox:\n  zones:\n    - {name: out, mode: rw}\n    - {name: data, mode: ro}\nshell_rules:\n  - {pattern: rm, allowed: false}\n---\nA worker.\n";
     support::write_project(
         p,
         "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {path: ./out, mode: rw, approval: {write: ask, delete: ask}}\n",
@@ -42,10 +46,7 @@ fn project() -> tempfile::TempDir {
 /// Runs the client against `workcell mcp --backend BACKEND EXTRA…` in `dir`; `answers` as
 /// tests/mcp_elicit.py takes them (`null`: a client without elicitation).
 fn session(dir: &Path, backend: &str, extra: &[&str], answers: Value, calls: Value) -> Value {
-    assert!(
-        Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success()),
-        "the mcp Python package is required (.ci/run installs it)"
-    );
+    assert!(Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success()), "the mcp Python package is required (.ci/run installs it)");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_elicit.py");
     let mut cmd = Command::new("python3");
     cmd.arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(dir).arg(backend).arg(json!(extra).to_string()).arg(answers.to_string()).arg(calls.to_string());
@@ -100,10 +101,10 @@ mod body {
     /// Every answer but a yes refuses, says how, and writes nothing.
     pub fn refusals_write_nothing(backend: &str) {
         let tmp = project();
-        let calls = json!([write("/out/1.txt"), write("/out/2.txt"), write("/out/3.txt"), write("/out/4.txt")]);
-        let r = session(tmp.path(), backend, &[], json!(["deny", "decline", "cancel", "bogus"]), calls);
-        assert_eq!(asked(&r).len(), 4, "{r}");
-        let expect = ["the user denied (through the MCP client): write to /out/1.txt", "declined", "cancelled", "was not one of"];
+        let calls = json!([write("/out/1.txt"), write("/out/2.txt"), write("/out/3.txt"), write("/out/4.txt"), write("/out/5.txt")]);
+        let r = session(tmp.path(), backend, &[], json!(["deny", "decline", "cancel", "bogus", "error"]), calls);
+        assert_eq!(asked(&r).len(), 5, "{r}");
+        let expect = ["the user denied (through the MCP client): write to /out/1.txt", "declined", "cancelled", "was not one of", "the exchange failed"];
         for (i, e) in expect.iter().enumerate() {
             let (error, text) = call(&r, i);
             assert!(error && text.starts_with("[denied]") && text.contains(e), "call {i}: {text}");
@@ -117,12 +118,15 @@ mod body {
         let calls = json!([write("/out/s1.txt"), write("/out/s2.txt"), write("/out/sub/s3.txt"), ["delete_file", {"path": "/out/s1.txt"}]]);
         let r = session(tmp.path(), backend, &[], json!(["allow_for_session", "deny"]), calls);
         for i in 0..3 {
-            assert_eq!(call(&r, i).0, false, "{r}");
+            assert!(!call(&r, i).0, "{r}");
         }
         // A delete is another action: asked, and here denied.
         let (error, text) = call(&r, 3);
         assert!(error && text.contains("delete /out/s1.txt"), "{text}");
-        assert_eq!(asked(&r), ["workcell: allow write to /out/s1.txt? (for the session: covers /out)", "workcell: allow delete /out/s1.txt? (for the session: covers /out)"]);
+        assert_eq!(
+            asked(&r),
+            ["workcell: allow write to /out/s1.txt? (for the session: covers /out)", "workcell: allow delete /out/s1.txt? (for the session: covers /out)"]
+        );
         assert!(tmp.path().join("out/sub/s3.txt").exists() && tmp.path().join("out/s1.txt").exists());
         let by: Vec<Value> = decisions(tmp.path()).iter().map(|d| d["by"].clone()).collect();
         assert_eq!(by, [json!("client_session"), json!("session"), json!("session"), Value::Null], "{by:?}");
@@ -211,6 +215,29 @@ pub fn a_child_workers_requests_are_elicited(backend: &str) {
     assert!(q[0].starts_with("workcell: allow call worker child"), "{q:?}");
     assert_eq!(q[1], "workcell: allow write to /out/child.txt? (for the session: covers /out)");
     assert_eq!(std::fs::read_to_string(tmp.path().join("out/child.txt")).expect("the child wrote"), "from the child");
+}
+
+/// A shell command's network `ask` (its egress proxy's question) goes to the client too:
+/// allowed, the command reaches the server; denied, the proxy refuses it.
+#[test]
+fn a_commands_network_ask_is_elicited() {
+    if !support::backend_ready("bwrap") {
+        return;
+    }
+    let web = support::servers::web_server("127.0.0.2");
+    let tmp = project();
+    let config = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n  network:\n    allow: []\n    ask: true\n    hosts: {asked.test: 127.0.0.2}\n";
+    std::fs::write(tmp.path().join("workcell.yaml"), config).expect("write");
+    let url = format!("http://asked.test:{}/elicited", web.port());
+    let curl = json!(["shell", {"command": format!("curl -s -S --max-time 60 {url}")}]);
+    let r = session(tmp.path(), "bwrap", &["--approve", "shell"], json!(["allow_once", "deny"]), json!([curl, curl]));
+    let destination = format!("asked.test:{}", web.port());
+    let question = format!("workcell: allow connect to {destination}? (for the session: covers {destination})");
+    assert_eq!(asked(&r), [question.as_str(), question.as_str()], "{r}");
+    let (error, text) = call(&r, 0);
+    assert!(!error && text.contains("hello /elicited"), "{text}");
+    let (_, text) = call(&r, 1);
+    assert!(!text.contains("hello /elicited") && text.contains("the user denied (through the MCP client): connect to"), "{text}");
 }
 
 /// What the client shows is escaped: a right-to-left override and a backslash in a path

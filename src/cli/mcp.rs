@@ -49,8 +49,9 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     }
     // Shell commands and child workers run under the worker's runtime, as in its own run.
     let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());
-    let runner =
-        BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode).under_runtime(runtime).preapproving(args.approvals.preapproved());
+    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode)
+        .under_runtime(runtime)
+        .preapproving(args.approvals.preapproved());
     // Approvals go to the client once it says it takes elicitations, unless --no-elicit.
     let elicitation = (!args.no_elicit).then(Elicitation::default);
     let runner = match &elicitation {

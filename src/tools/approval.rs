@@ -350,7 +350,12 @@ impl Approver {
                         Decision::Approved { by: if client { "client_session" } else { "user_session" } }
                     }
                     Ok(Choice::Deny) => Decision::Denied {
-                        reason: format!("the user denied{}: {} {}", if client { " (through the MCP client)" } else { "" }, req.action.verb(), escape(&req.subject)),
+                        reason: format!(
+                            "the user denied{}: {} {}",
+                            if client { " (through the MCP client)" } else { "" },
+                            req.action.verb(),
+                            escape(&req.subject)
+                        ),
                     },
                     Err(PromptError::Client(e)) => Decision::Denied {
                         reason: format!("denied: {} {} needs approval; it was asked through the MCP client and {e}", req.action.verb(), escape(&req.subject)),

@@ -41,7 +41,8 @@ pub enum ElicitError {
     Malformed(String),
     #[error("the MCP session ended before an answer came")]
     Gone,
-    #[error("the exchange failed: {0}")]
+    /// The client's own words are in it: escaped, like everything a peer chose.
+    #[error("the exchange failed: {}", crate::term::escape(&.0.to_string()))]
     Failed(#[source] ServiceError),
     #[error("the question could not be built: {0}")]
     Schema(&'static str),

@@ -154,14 +154,7 @@ impl BackendRunner {
 
     /// The tool service a child worker talks to, sharing this runner.
     pub fn service_for(&self, caller: Caller, sandbox: Sandbox, run_id: &str) -> ToolService {
-        ToolService::new(
-            self.project.clone(),
-            caller,
-            sandbox,
-            self.approver(),
-            AuditLog::new(&self.project.dir, run_id),
-            Arc::new(self.clone()),
-        )
+        ToolService::new(self.project.clone(), caller, sandbox, self.approver(), AuditLog::new(&self.project.dir, run_id), Arc::new(self.clone()))
     }
 }
 
