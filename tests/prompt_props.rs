@@ -68,7 +68,7 @@ proptest! {
         prop_assert!(!text.chars().any(dangerous), "{text:?}");
         // The person sees exactly what is asked for, in a form that maps back to it.
         prop_assert!(text.contains(&*escape(&subject)));
-        let covers = format!("(covers {})", escape(&scope));
+        let covers = format!("covers {})", escape(&scope));
         prop_assert!(text.contains(&covers));
     }
 

@@ -1,7 +1,7 @@
 //! Shell-rule matching and precedence, approval memory and the audit log.
 
 use workcell::config::{Project, Rule, ShellRule};
-use workcell::tools::approval::{Action, ApprovalMode, ApprovalRequest, Approver, Choice, Decision, PromptError, Prompter};
+use workcell::tools::approval::{Action, ApprovalMode, ApprovalRequest, Approver, Choice, Decision, Preapproved, PromptError, Prompter};
 use workcell::tools::audit::{read_all, AuditLog};
 use workcell::tools::shell::{matches, ShellDecision, ShellPolicy};
 
@@ -149,6 +149,39 @@ fn once_is_not_remembered_and_modes_decide_without_asking() {
         Decision::Denied { reason } => assert!(reason.contains("--approve-all") && reason.contains("--strict"), "{reason}"),
         other => panic!("{other:?}"),
     }
+}
+
+/// `--approve shell` approves shell commands only, without asking, in any mode; every other
+/// kind of request is still asked (here: the scripted person says no) or refused.
+#[test]
+fn the_shell_preset_approves_commands_and_nothing_else() {
+    let preset = Preapproved { shell: true };
+    let cmd = ApprovalRequest::new(Action::Shell, "make test", "make test");
+    let others = [
+        ApprovalRequest::file(Action::Write, "/out/a.md"),
+        ApprovalRequest::file(Action::Delete, "/out/a.md"),
+        ApprovalRequest::file(Action::Read, "/data/a.md"),
+        ApprovalRequest::new(Action::Delegate, "child (chain child)", "child"),
+        ApprovalRequest::new(Action::Connect, "example.com:443", "example.com:443"),
+        ApprovalRequest::new(Action::Expand, "/home/me/x", "/home/me/x"),
+    ];
+    let answers = vec![Choice::Deny; others.len()];
+    let mut a = Approver::new(ApprovalMode::Interactive, Some(Box::new(Scripted(answers, 0)))).preapproving(preset);
+    assert_eq!(a.decide(&cmd), Decision::Approved { by: "preset_shell" });
+    for req in &others {
+        assert!(matches!(a.decide(req), Decision::Denied { reason } if reason.contains("the user denied")), "{req:?} was not asked");
+    }
+    // With nobody to ask, and under --strict, the preset still approves commands alone.
+    for mode in [ApprovalMode::Interactive, ApprovalMode::Strict] {
+        let mut a = Approver::new(mode, None).preapproving(preset);
+        assert!(a.decide(&cmd).is_approved());
+        assert!(others.iter().all(|r| !a.decide(r).is_approved()), "{mode:?}");
+        // A preset is not a way to approve the tools that always need consent.
+        assert!(!a.can_approve());
+    }
+    // Without the preset, a refused command names it.
+    let mut none = Approver::new(ApprovalMode::Interactive, None);
+    assert!(matches!(none.decide(&cmd), Decision::Denied { reason } if reason.contains("--approve shell")));
 }
 
 #[test]

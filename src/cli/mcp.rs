@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::config::BackendChoice;
+use crate::tools::elicit::Elicitation;
 use crate::tools::mcp::McpServer;
 use crate::tools::runner::BackendRunner;
 use crate::tools::service::Caller;
@@ -24,6 +25,10 @@ pub struct McpArgs {
     pub user: Option<crate::plan::UserSpec>,
     #[command(flatten)]
     pub approvals: ApprovalFlags,
+    /// Ask for approvals on workcell's terminal only, never through the MCP client
+    /// (elicitation), whatever the client supports.
+    #[arg(long)]
+    pub no_elicit: bool,
 }
 
 pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
@@ -44,15 +49,24 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     }
     // Shell commands and child workers run under the worker's runtime, as in its own run.
     let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());
+    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode)
+        .under_runtime(runtime)
+        .preapproving(args.approvals.preapproved());
+    // Approvals go to the client once it says it takes elicitations, unless --no-elicit.
+    let elicitation = (!args.no_elicit).then(Elicitation::default);
+    let runner = match &elicitation {
+        Some(e) => runner.eliciting(e.clone()),
+        None => runner,
+    };
     // One sandbox for the whole session, kept between its shell commands.
-    let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode).under_runtime(runtime).with_session();
+    let runner = runner.with_session();
     let session = runner.session.clone();
     let run_id = crate::plan::new_run_id();
     let chain = worker.iter().map(|w| w.name.clone()).collect();
     let service = Arc::new(runner.service_for(Caller { worker, chain }, sandbox, &run_id));
     let _ = service.audit().record("session_start", serde_json::json!({"transport": "mcp"}));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| CliError::Failed(format!("cannot start the runtime: {e}")))?;
-    let result = rt.block_on(McpServer::new(service.clone()).serve_stdio());
+    let result = rt.block_on(McpServer::new(service.clone(), elicitation).serve_stdio());
     // The client is gone (or closed stdin): the session's sandbox goes with it.
     if let Some(session) = session {
         session.end();

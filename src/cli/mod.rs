@@ -108,9 +108,25 @@ pub struct ApprovalFlags {
     /// Deny every request that needs consent, without asking.
     #[arg(long)]
     pub strict: bool,
+    /// Approve one kind of request in advance: `shell` approves the shell commands whose
+    /// rules would ask (deny rules still deny); never writes to `ask` zones, delegation,
+    /// network connections or access requests.
+    #[arg(long = "approve", value_enum, value_name = "PRESET")]
+    pub preset: Option<Preset>,
+}
+
+/// Requests `--approve` can approve in advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Preset {
+    /// Shell commands whose rules would ask.
+    Shell,
 }
 
 impl ApprovalFlags {
+    pub fn preapproved(self) -> crate::tools::approval::Preapproved {
+        crate::tools::approval::Preapproved { shell: self.preset == Some(Preset::Shell) }
+    }
+
     pub fn mode(self) -> crate::tools::approval::ApprovalMode {
         use crate::tools::approval::ApprovalMode;
         if self.approve_all {

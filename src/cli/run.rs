@@ -210,7 +210,9 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         sandbox,
         overrides,
         choice,
-        parent: BackendRunner::new(project.clone(), choice, args.approvals.mode()).reviewing(crate::run::Review { review: args.review, json: args.json }),
+        parent: BackendRunner::new(project.clone(), choice, args.approvals.mode())
+            .preapproving(args.approvals.preapproved())
+            .reviewing(crate::run::Review { review: args.review, json: args.json }),
         chain: worker.iter().map(|w| w.name.clone()).collect(),
         services: if args.no_broker { Services::None } else { Services::Broker { instructions: worker.map(|w| w.instructions.as_str()) } },
     };

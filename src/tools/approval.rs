@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -18,6 +19,15 @@ pub enum ApprovalMode {
     ApproveAll,
     /// Deny everything that needs consent (`--strict`).
     Strict,
+}
+
+/// Kinds of request approved in advance, whatever the mode (`--approve shell`). Deny rules
+/// still deny: only requests that would otherwise be asked about are covered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Preapproved {
+    /// Shell commands whose rules ask ([`Action::Shell`]); never writes to `ask` zones,
+    /// delegation, network connections or access requests.
+    pub shell: bool,
 }
 
 /// What the request is for.
@@ -109,18 +119,55 @@ pub enum PromptError {
     /// A prompter of another kind (a script, a test) had no answer.
     #[error("{0}")]
     NoAnswer(String),
+    /// The request was put to the MCP client (elicitation) and no yes came back: declined,
+    /// cancelled, not answered in time, or the exchange failed.
+    #[error(transparent)]
+    Client(#[from] super::elicit::ElicitError),
+}
+
+/// Whether a prompter can ask now; read without the approver's lock, which a prompt holds
+/// while a person answers. (An MCP client's elicitation support is known only once it has
+/// connected, after the session's tools exist.)
+pub type Reach = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// Who answered (for the audit log): a person at workcell's terminal, or whoever the MCP
+/// client routed an elicitation to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Terminal,
+    Client,
 }
 
 /// Something that can ask a person.
 pub trait Prompter: Send {
     /// Asks about `req`; `Err` when nobody can be asked.
     fn ask(&mut self, req: &ApprovalRequest) -> Result<Choice, PromptError>;
+    /// Whether asking can work now (see [`Reach`]).
+    fn reach(&self) -> Reach {
+        Arc::new(|| true)
+    }
+    /// Through what the last answer came.
+    fn via(&self) -> Via {
+        Via::Terminal
+    }
 }
 
-/// The question put to a person about `req`. The subject and scope come from the worker, so
-/// they are escaped: no control or layout character of theirs reaches the terminal.
+/// The question about `req`, as both the terminal and an MCP client show it: what would be
+/// done, and what a session approval would cover. The subject and scope come from the
+/// worker, so they are escaped: no control or layout character of theirs reaches the person.
+pub fn question_text(req: &ApprovalRequest) -> String {
+    format!("workcell: allow {} {}? (for the session: covers {})", req.action.verb(), escape(&req.subject), escape(&req.scope))
+}
+
+/// The question put to a person on the terminal about `req`: [`question_text`] with the keys
+/// to answer.
 pub fn prompt_text(req: &ApprovalRequest) -> String {
-    format!("workcell: allow {} {}? [y]es once / [s]ession (covers {}) / [n]o: ", req.action.verb(), escape(&req.subject), escape(&req.scope))
+    format!("{} [y]es once / [s]ession / [n]o: ", question_text(req))
+}
+
+/// Whether a controlling terminal can be opened to ask on.
+pub fn terminal_available() -> bool {
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok()
 }
 
 /// Asks on the controlling terminal (`/dev/tty`), never on stdout, so it neither mixes with
@@ -223,30 +270,45 @@ pub struct Approver {
     mode: ApprovalMode,
     prompter: Option<Box<dyn Prompter>>,
     session: HashSet<(Action, String)>,
+    preapproved: Preapproved,
 }
 
 impl std::fmt::Debug for Approver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Approver").field("mode", &self.mode).field("session", &self.session).finish()
+        f.debug_struct("Approver").field("mode", &self.mode).field("preapproved", &self.preapproved).field("session", &self.session).finish()
     }
 }
 
 /// The message when consent is needed but nobody can give it.
 pub const NO_TERMINAL: &str =
-    "this operation needs approval, but there is no terminal to ask on; run with --approve-all to approve such requests or --strict to deny them without asking";
+    "this operation needs approval, but there is no terminal to ask on (and no MCP client that takes elicitations); run with --approve-all to approve such requests or --strict to deny them without asking";
+
+/// Added to [`NO_TERMINAL`] for a shell command: the preset that approves those alone.
+const SHELL_HINT: &str = "; --approve shell approves shell commands only";
 
 impl Approver {
     pub fn new(mode: ApprovalMode, prompter: Option<Box<dyn Prompter>>) -> Approver {
-        Approver { mode, prompter, session: HashSet::new() }
+        Approver { mode, prompter, session: HashSet::new(), preapproved: Preapproved::default() }
     }
 
-    /// True when some request could ever be approved in this session: `--approve-all`, or a
-    /// terminal to ask on. Tools that always need consent are not offered otherwise.
+    /// This approver with `preapproved` kinds of request approved without asking.
+    pub fn preapproving(self, preapproved: Preapproved) -> Approver {
+        Approver { preapproved, ..self }
+    }
+
+    /// True when some request could be approved now: `--approve-all`, a terminal to ask on,
+    /// or an MCP client that takes elicitations. Tools that always need consent are not
+    /// offered otherwise. (A preset covers shell commands only, which are offered anyway.)
     pub fn can_approve(&self) -> bool {
-        match self.mode {
-            ApprovalMode::ApproveAll => true,
-            ApprovalMode::Strict => false,
-            ApprovalMode::Interactive => self.prompter.is_some(),
+        (self.reach())()
+    }
+
+    /// [`Approver::can_approve`], readable later without this approver.
+    pub fn reach(&self) -> Reach {
+        match (self.mode, &self.prompter) {
+            (ApprovalMode::ApproveAll, _) => Arc::new(|| true),
+            (ApprovalMode::Interactive, Some(p)) => p.reach(),
+            (ApprovalMode::Strict, _) | (ApprovalMode::Interactive, None) => Arc::new(|| false),
         }
     }
 
@@ -266,23 +328,39 @@ impl Approver {
         if self.remembered(req) {
             return Decision::Approved { by: "session" };
         }
+        if req.action == Action::Shell && self.preapproved.shell {
+            return Decision::Approved { by: "preset_shell" };
+        }
         match self.mode {
             ApprovalMode::ApproveAll => Decision::Approved { by: "approve_all" },
             ApprovalMode::Strict => {
                 Decision::Denied { reason: format!("denied: {} {} needs approval and --strict denies every approval", req.action.verb(), escape(&req.subject)) }
             }
             ApprovalMode::Interactive => {
+                let hint = if req.action == Action::Shell { SHELL_HINT } else { "" };
                 let Some(p) = self.prompter.as_mut() else {
-                    return Decision::Denied { reason: NO_TERMINAL.into() };
+                    return Decision::Denied { reason: format!("{NO_TERMINAL}{hint}") };
                 };
-                match p.ask(req) {
-                    Ok(Choice::Once) => Decision::Approved { by: "user_once" },
+                let answer = p.ask(req);
+                let client = p.via() == Via::Client;
+                match answer {
+                    Ok(Choice::Once) => Decision::Approved { by: if client { "client_once" } else { "user_once" } },
                     Ok(Choice::Session) => {
                         self.session.insert((req.action, req.scope.clone()));
-                        Decision::Approved { by: "user_session" }
+                        Decision::Approved { by: if client { "client_session" } else { "user_session" } }
                     }
-                    Ok(Choice::Deny) => Decision::Denied { reason: format!("the user denied: {} {}", req.action.verb(), escape(&req.subject)) },
-                    Err(e) => Decision::Denied { reason: format!("{NO_TERMINAL} ({e})") },
+                    Ok(Choice::Deny) => Decision::Denied {
+                        reason: format!(
+                            "the user denied{}: {} {}",
+                            if client { " (through the MCP client)" } else { "" },
+                            req.action.verb(),
+                            escape(&req.subject)
+                        ),
+                    },
+                    Err(PromptError::Client(e)) => Decision::Denied {
+                        reason: format!("denied: {} {} needs approval; it was asked through the MCP client and {e}", req.action.verb(), escape(&req.subject)),
+                    },
+                    Err(e) => Decision::Denied { reason: format!("{NO_TERMINAL}{hint} ({e})") },
                 }
             }
         }

@@ -1,6 +1,7 @@
 //! `workcell mcp`: the tool service as an MCP server on stdio (the official Rust SDK, rmcp),
-//! for an agent running on the host. Approval prompts go to the terminal, never to the MCP
-//! channel; refusals come back as tool errors whose text the agent can act on.
+//! for an agent running on the host. Approvals are asked through the client when it takes
+//! elicitations (`super::elicit`; not with `--no-elicit`), else on the terminal; refusals
+//! come back as tool errors whose text the agent can act on.
 
 use std::sync::Arc;
 
@@ -8,17 +9,20 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
     ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
 use serde_json::Value;
 
+use super::elicit::Elicitation;
 use super::service::{AccessArgs, CallWorkerArgs, EditArgs, Facts, ListArgs, PathArgs, ReadArgs, ShellArgs, ShellOutput, ToolService, WriteArgs};
 
 /// The MCP face of a [`ToolService`].
 #[derive(Clone)]
 pub struct McpServer {
     service: Arc<ToolService>,
+    /// Where approvals are elicited, unless `--no-elicit`.
+    elicitation: Option<Elicitation>,
 }
 
 fn schema<T: JsonSchema>() -> Arc<serde_json::Map<String, Value>> {
@@ -160,8 +164,18 @@ pub enum McpError {
 }
 
 impl McpServer {
-    pub fn new(service: Arc<ToolService>) -> McpServer {
-        McpServer { service }
+    pub fn new(service: Arc<ToolService>, elicitation: Option<Elicitation>) -> McpServer {
+        McpServer { service, elicitation }
+    }
+
+    /// Takes the client as the place to ask, when it declared elicitation (idempotent; every
+    /// request checks, in case a client sends one before its `initialized` notification).
+    fn connect(&self, peer: &rmcp::Peer<RoleServer>) {
+        if let Some(e) = &self.elicitation {
+            if e.connect(peer) {
+                tracing::debug!("approvals are asked through the MCP client (elicitation)");
+            }
+        }
     }
 
     /// Serves on stdin/stdout until the client disconnects.
@@ -182,11 +196,17 @@ impl ServerHandler for McpServer {
         )
     }
 
-    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.connect(&context.peer);
+    }
+
+    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, ErrorData> {
+        self.connect(&context.peer);
         Ok(ListToolsResult { tools: tools_for(&self.service), ..Default::default() })
     }
 
-    async fn call_tool(&self, request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, ErrorData> {
+        self.connect(&context.peer);
         let service = self.service.clone();
         let name = request.name.to_string();
         // A tool that is not listed is refused by name, with why and what is listed, before
@@ -200,7 +220,8 @@ impl ServerHandler for McpServer {
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         let structured = name == "shell";
-        // Tool calls block (file I/O, terminal prompts, sandboxed commands).
+        // Tool calls block (file I/O, prompts, sandboxed commands); an elicited approval is
+        // sent from this runtime while the call's thread waits for it.
         let result = tokio::task::spawn_blocking(move || service.call(&name, args))
             .await
             .map_err(|e| ErrorData::internal_error(format!("tool task failed: {e}"), None))?;

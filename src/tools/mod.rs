@@ -5,6 +5,7 @@ pub mod approval;
 pub mod attach;
 pub mod audit;
 pub mod broker;
+pub mod elicit;
 pub mod git_guard;
 pub mod launchers;
 pub mod mcp;

@@ -4,8 +4,9 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::approval::{ApprovalMode, Approver, Prompter, TerminalPrompter};
+use super::approval::{terminal_available, ApprovalMode, Approver, Preapproved, Prompter, TerminalPrompter};
 use super::audit::AuditLog;
+use super::elicit::{ElicitPrompter, Elicitation};
 use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
 use crate::backend::{self, BackendError, Finished, Output};
 use crate::config::{BackendChoice, Limits, Project, Worker};
@@ -35,6 +36,13 @@ pub struct BackendRunner {
     /// How the run this runner serves shows and approves its copy-delivered results
     /// (`--review`, `--json`): its shell commands and child workers inherit it.
     pub review: Review,
+    /// Kinds of request approved in advance (`--approve shell`), for this run and all it
+    /// starts.
+    pub preapproved: Preapproved,
+    /// The MCP session's client, when approvals may be elicited from it (`workcell mcp`
+    /// without `--no-elicit`): every tool service this runner makes — the session's, a shell
+    /// command's (its egress `ask`), a child worker's — asks there once the client takes it.
+    pub elicitation: Option<Elicitation>,
     /// An MCP session's sandbox, kept between its shell commands (`workcell mcp`); a run's
     /// own runner never has one (its commands go to its container or a fresh sandbox).
     pub session: Option<Arc<SessionSandbox>>,
@@ -121,7 +129,7 @@ pub enum RunnerError {
 /// A prompter for `mode`: the terminal when interactive and one exists, else none.
 pub fn prompter_for(mode: ApprovalMode) -> Option<Box<dyn Prompter>> {
     match mode {
-        ApprovalMode::Interactive if std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok() => Some(Box::new(TerminalPrompter)),
+        ApprovalMode::Interactive if terminal_available() => Some(Box::new(TerminalPrompter)),
         _ => None,
     }
 }
@@ -158,6 +166,8 @@ impl BackendRunner {
             deadline: None,
             runtime: None,
             review: Review::default(),
+            preapproved: Preapproved::default(),
+            elicitation: None,
             session: None,
         }
     }
@@ -165,6 +175,25 @@ impl BackendRunner {
     /// This runner keeping one sandbox for all the shell commands of an MCP session.
     pub fn with_session(self) -> BackendRunner {
         BackendRunner { session: Some(Arc::new(SessionSandbox::default())), ..self }
+    }
+
+    /// This runner with `preapproved` kinds of request approved without asking.
+    pub fn preapproving(self, preapproved: Preapproved) -> BackendRunner {
+        BackendRunner { preapproved, ..self }
+    }
+
+    /// This runner asking through `elicitation` (an MCP session's client) once it can.
+    pub fn eliciting(self, elicitation: Elicitation) -> BackendRunner {
+        BackendRunner { elicitation: Some(elicitation), ..self }
+    }
+
+    /// The approver of one tool service of this runner.
+    fn approver(&self) -> Approver {
+        let prompter = match (&self.elicitation, self.mode) {
+            (Some(e), ApprovalMode::Interactive) => Some(Box::new(ElicitPrompter::new(e.clone())) as Box<dyn Prompter>),
+            _ => prompter_for(self.mode),
+        };
+        Approver::new(self.mode, prompter).preapproving(self.preapproved)
     }
 
     /// This runner for a run with `limits` that starts now.
@@ -194,14 +223,7 @@ impl BackendRunner {
 
     /// The tool service a child worker talks to, sharing this runner.
     pub fn service_for(&self, caller: Caller, sandbox: Sandbox, run_id: &str) -> ToolService {
-        ToolService::new(
-            self.project.clone(),
-            caller,
-            sandbox,
-            Approver::new(self.mode, prompter_for(self.mode)),
-            AuditLog::new(&self.project.dir, run_id),
-            Arc::new(self.clone()),
-        )
+        ToolService::new(self.project.clone(), caller, sandbox, self.approver(), AuditLog::new(&self.project.dir, run_id), Arc::new(self.clone()))
     }
 }
 

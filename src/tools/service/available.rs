@@ -29,9 +29,8 @@ impl ToolService {
         if rule.and_then(|r| r.allowed) == Some(false) {
             return Some(format!("the {tool} tool is disabled for this worker (tool_rules.{tool}.allowed: false)"));
         }
-        let can_approve = self.can_approve;
-        let no_consent =
-            "every call needs a person's approval and none can be given (no terminal to ask on, or --strict); run with a terminal or --approve-all";
+        let can_approve = (self.can_approve)();
+        let no_consent = "every call needs a person's approval and none can be given (no terminal to ask on and no MCP client that takes elicitations, or --strict); run with a terminal, from a client that supports elicitation, or with --approve-all";
         match tool {
             "write_file" | "edit_file" | "delete_file" if !(self.facts().writable || (self.project.dynamic && can_approve)) => {
                 Some("the sandbox has no writable zone (every zone is mode: ro)".into())

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::approval::{Action, ApprovalRequest, Approver, Decision};
+use super::approval::{Action, ApprovalRequest, Approver, Decision, Reach};
 use super::audit::AuditLog;
 use super::git_guard;
 use super::launchers::analyse;
@@ -135,9 +135,10 @@ pub struct ToolService {
     audit: AuditLog,
     runner: Arc<dyn SandboxRunner>,
     expansions: Mutex<Vec<Expansion>>,
-    /// Whether any consent can be given in this session (fixed at start; read without the
-    /// approver's lock, which a prompt holds while a person answers).
-    can_approve: bool,
+    /// Whether any consent can be given in this session now (read without the approver's
+    /// lock, which a prompt holds while a person answers; an MCP client's elicitation
+    /// support is known only once it has initialised).
+    can_approve: Reach,
 }
 
 impl std::fmt::Debug for ToolService {
@@ -159,7 +160,7 @@ impl ToolService {
             Some(w) => ShellPolicy { tool: w.tool_rules.get("shell").copied().unwrap_or_default(), rules: w.shell_rules.clone(), default: w.shell_default },
             None => ShellPolicy::default(),
         };
-        let can_approve = approver.can_approve();
+        let can_approve = approver.reach();
         ToolService {
             project,
             caller,
