@@ -97,6 +97,9 @@ async def main():
             # The worker's commands try to reach the agent: its socket, its descriptors.
             await session.call_tool("write_file", {"path": "/out/probe.py", "content": PROBE})
             out["probe"] = await sh("python3 /out/probe.py")
+            # A command that kills the agent ends its sandbox; the next call gets a new one.
+            out["kill_agent"] = await sh("pkill -KILL -f __agent")
+            out["after_kill"] = await sh("printenv WORKCELL_RUN_ID")
             print(json.dumps(out))
 
 

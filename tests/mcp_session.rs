@@ -114,8 +114,14 @@ mod body {
         for what in ["fd", "environ", "mem"] {
             assert_ne!(probe[what], "opened", "the worker opened the agent's {what}: {probe}");
         }
-        // The client ended normally: the sandbox is gone.
+        // Killing the agent ends that sandbox (the call fails, saying so); the next call
+        // gets a sandbox of its own.
+        assert!(r["kill_agent"]["text"].as_str().unwrap_or("").contains("agent did not answer"), "{}", r["kill_agent"]);
+        let second = r["after_kill"]["stdout"].as_str().unwrap_or("").trim().to_string();
+        assert!(r["after_kill"]["exit_code"] == 0 && !second.is_empty() && second != ids[0], "{}", r["after_kill"]);
+        // The client ended normally: both sandboxes are gone.
         wait_gone(tmp.path(), backend, ids[0]);
+        wait_gone(tmp.path(), backend, &second);
     }
 
     pub fn session_ends_when_the_client_is_killed(backend: &str) {

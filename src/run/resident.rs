@@ -118,6 +118,9 @@ pub struct Resident {
     thread: Option<JoinHandle<Result<Finished, RunError>>>,
     /// Each call's timeout is at most this (the run's own timeout, when the worker has one).
     call_cap: Option<Duration>,
+    /// Set when the agent stopped answering (killed by a command, say): the session then
+    /// starts a new sandbox at the next call instead of waiting for this one's teardown.
+    broken: std::sync::atomic::AtomicBool,
 }
 
 enum Way {
@@ -174,7 +177,7 @@ impl Resident {
             .name("workcell-session".into())
             .spawn(move || session.run(Output::Capture))
             .map_err(|e| ResidentError::Socket(std::io::Error::other(format!("cannot start the session thread: {e}"))))?;
-        let mut resident = Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap };
+        let mut resident = Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default() };
         match listener {
             Some(l) => {
                 let stream = l.accept(&mut resident)?;
@@ -201,7 +204,7 @@ impl Resident {
 
     /// Whether the session sandbox still runs.
     pub fn alive(&self) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+        !self.broken.load(std::sync::atomic::Ordering::Relaxed) && self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     /// The working directory a command gets by default.
@@ -240,6 +243,7 @@ impl Resident {
                     Err(e) => {
                         // An agent that does not answer is not trusted with another call.
                         let _ = stream.shutdown(std::net::Shutdown::Both);
+                        self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
                         return Err(ResidentError::Agent(e));
                     }
                 }
