@@ -439,3 +439,27 @@ fn mcp_refuses_a_zone_the_worker_cannot_write() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("user:     65534:65534"));
     assert!(stderr(&out).contains("chown -R 65534:65534"));
 }
+
+/// Root's own runtime directory (`XDG_RUNTIME_DIR`, 0700 root: a root login's
+/// `/run/user/0`) is not where a root workcell puts a worker's broker socket: the worker runs
+/// as another uid and could not reach it (every bwrap run with a broker failed with 125).
+#[test]
+fn a_root_runtime_directory_is_not_used_for_the_broker() {
+    if !is_root() || !support::backend_ready("bwrap") {
+        return;
+    }
+    let (_tmp, dir) = scratch();
+    std::fs::write(dir.join("workcell.yaml"), "sandbox:\n  zones:\n    here: {path: ., mode: ro}\n").expect("config");
+    let runtime = tempfile::tempdir().expect("runtime dir");
+    chmod(runtime.path(), 0o700);
+    let out = Command::new(bin())
+        .current_dir(&dir)
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .args(["run", "--backend", "bwrap", "--", "sh", "-c", "test -S \"$WORKCELL_BROKER\" && echo broker-reachable"])
+        .output()
+        .expect("workcell");
+    show("run with XDG_RUNTIME_DIR", &out);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "broker-reachable\n");
+    assert_eq!(std::fs::read_dir(runtime.path()).expect("runtime dir").count(), 0, "nothing of workcell's in root's runtime directory");
+}

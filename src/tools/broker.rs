@@ -90,7 +90,8 @@ pub fn new_token() -> Result<String, BrokerError> {
 /// The broker's private directory (mode 0700, random name, removed with the broker), on a
 /// tmpfs where there is one: it lives for one run, and creating and removing it on a disk
 /// file system was a third of the broker's cost per run (≈ 0.3 ms of ≈ 1 ms on ext4). In
-/// order: `$XDG_RUNTIME_DIR` (per user), `$TMPDIR` when set, `/dev/shm`, the system default.
+/// order: `$XDG_RUNTIME_DIR` (per user; not for root, whose workers run as another uid),
+/// `$TMPDIR` when set, `/dev/shm`, the system default.
 pub(crate) fn private_dir() -> Result<tempfile::TempDir, BrokerError> {
     let mut last = None;
     for base in private_dir_bases() {
@@ -112,7 +113,10 @@ fn private_dir_bases() -> Vec<PathBuf> {
         use std::os::unix::fs::MetadataExt;
         std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == rustix::process::geteuid().as_raw() && m.mode() & 0o077 == 0)
     };
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| p.is_absolute() && own(p)) {
+    // Not for root: a root workcell's workers run as another uid, which cannot enter root's
+    // 0700 runtime directory to reach the socket.
+    let root = rustix::process::geteuid().as_raw() == 0;
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from).filter(|p| !root && p.is_absolute() && own(p)) {
         bases.push(x);
     }
     if std::env::var_os("TMPDIR").is_none() {
