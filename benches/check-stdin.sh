@@ -4,7 +4,7 @@
 # benches/check_stdin_ref.py) and, when BEFORE names one, an older workcell binary.
 #
 #   bash benches/check-stdin.sh [N_PATHS]     (default 100000)
-#   BEFORE=/tmp/workcell-old RUNS=10 bash benches/check-stdin.sh 200000
+#   BEFORE=/tmp/workcell-old RUNS=5 WARMUP=1 bash benches/check-stdin.sh 200000
 #
 # Builds a project of 3 zones (~5k files, depth 6) in a temporary directory, generates
 # N_PATHS mixed paths (about 60% existing files, 15% missing files inside zones, 25% refusals:
@@ -15,6 +15,7 @@ set -euo pipefail
 
 N="${1:-100000}"
 RUNS="${RUNS:-10}"
+WARMUP="${WARMUP:-2}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BIN="${WORKCELL_BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/workcell}"
 REF="$ROOT/benches/check_stdin_ref.py"
@@ -82,5 +83,5 @@ ARGS+=(
   --command-name "check --stdin --write ($N paths)" "$BIN check --stdin --write < paths.txt > /dev/null"
   --command-name "check --stdin --json ($N paths)" "$BIN check --stdin --json < paths.txt > /dev/null"
 )
-hyperfine --warmup 2 --runs "$RUNS" -i "${ARGS[@]}" --export-markdown "$WORK/results.md"
+hyperfine --warmup "$WARMUP" --runs "$RUNS" -i "${ARGS[@]}" --export-markdown "$WORK/results.md"
 cat "$WORK/results.md"

@@ -287,13 +287,13 @@ fn check_stdin_prints_one_at_a_time_verdicts_in_input_order() {
     let lines: Vec<String> = once
         .iter()
         .cycle()
-        .take(3 * once.len())
+        .take(12 * once.len())
         .cloned()
         .enumerate()
         .map(|(i, p)| if i % 5 == 0 { format!("/out/n{i}.txt") } else { p })
         .filter(|p| !p.trim().is_empty())
         .collect();
-    assert!(lines.len() > 2 * 4096, "more than two chunks: {}", lines.len());
+    assert!(lines.len() > 2 * 16384, "more than two chunks: {}", lines.len());
     let input = lines.join("\n") + "\n";
     for write in [false, true] {
         let out = check_stdin(&t.dir, if write { &["--write"] } else { &[] }, input.as_bytes());

@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::Style;
 use crate::cli::CliError;
@@ -17,7 +18,9 @@ use crate::sandbox::{Querier, Sandbox, SandboxError};
 /// Longest line `--stdin` reads (a path is at most a few KiB; PATH_MAX is 4096).
 const MAX_LINE: usize = 64 * 1024;
 /// Lines judged together: enough to keep the cores busy between two reads.
-const CHUNK_LINES: usize = 4096;
+const CHUNK_LINES: usize = 16384;
+/// Lines a thread takes at a time within a chunk.
+const BATCH: usize = 128;
 /// Input bytes judged together (the verdicts printed for them are a small multiple).
 const CHUNK_BYTES: usize = 1 << 20;
 /// Fewer lines than this are judged on the reading thread alone (a thread costs more).
@@ -120,36 +123,40 @@ fn readable_now() -> bool {
     rustix::event::poll(&mut fds, Some(&zero)).map_or(true, |n| n > 0)
 }
 
-/// Judges one chunk on up to `threads` threads (contiguous parts, the reading thread taking
-/// the first) and writes its verdicts in input order. Returns whether any was refused.
+/// Judges one chunk on up to `threads` threads and writes its verdicts in input order.
+/// Returns whether any was refused. The threads (the reading thread among them) take small
+/// batches of lines in turn, so one thread the scheduler set aside holds back at most one
+/// batch, not half the chunk.
 fn judge(querier: &Querier<'_>, chunk: &Chunk, threads: usize, style: Style, out: &mut dyn Write) -> Result<bool, CliError> {
     let n = chunk.lines.len();
     if n == 0 {
         return Ok(false);
     }
-    let parts = if n < PARALLEL_MIN { 1 } else { threads.min(n) };
-    let per = n.div_ceil(parts);
-    let ranges: Vec<Range<usize>> = (0..parts).map(|p| (p * per).min(n)..((p + 1) * per).min(n)).filter(|r| !r.is_empty()).collect();
-    let rendered: Vec<(Vec<u8>, bool)> = std::thread::scope(|s| {
-        let spawned: Vec<_> = ranges[1..]
-            .iter()
-            .map(|r| {
-                let part = r.clone();
-                // A thread that cannot be started leaves its part to the reading thread.
-                std::thread::Builder::new().name("workcell-check".into()).spawn_scoped(s, move || render(querier, chunk, part, style)).map_err(|_| r.clone())
-            })
-            .collect();
-        let mut all = vec![render(querier, chunk, ranges[0].clone(), style)];
-        for handle in spawned {
-            all.push(match handle {
-                Ok(h) => h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                Err(r) => render(querier, chunk, r, style),
-            });
+    let batches = n.div_ceil(BATCH);
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            if b >= batches {
+                return done;
+            }
+            done.push((b, render(querier, chunk, b * BATCH..((b + 1) * BATCH).min(n), style)));
+        }
+    };
+    let helpers = if n < PARALLEL_MIN { 0 } else { threads.saturating_sub(1).min(batches - 1) };
+    let mut rendered: Vec<(usize, (Vec<u8>, bool))> = std::thread::scope(|s| {
+        // A thread that cannot be started leaves its batches to the others.
+        let spawned: Vec<_> = (0..helpers).filter_map(|_| std::thread::Builder::new().name("workcell-check".into()).spawn_scoped(s, work).ok()).collect();
+        let mut all = work();
+        for h in spawned {
+            all.extend(h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
         }
         all
     });
+    rendered.sort_unstable_by_key(|(b, _)| *b);
     let mut refused = false;
-    for (bytes, any) in rendered {
+    for (_, (bytes, any)) in rendered {
         refused |= any;
         out.write_all(&bytes).map_err(write_failed)?;
     }

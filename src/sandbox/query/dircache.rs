@@ -43,14 +43,17 @@ struct Slot {
     used: u64,
 }
 
-/// Missing parents remembered at most (about 100 bytes each).
+/// Missing parents remembered at most, and the bytes of their names at most (a name the
+/// kernel looked up is under PATH_MAX, 4 KiB, so 8,192 long ones would be 32 MiB).
 const MISSING: usize = 8192;
+const MISSING_BYTES: usize = 1 << 20;
 
 #[derive(Debug, Default)]
 struct Inner {
     map: HashMap<Key, Slot>,
     /// Parents found missing: a hostile stream of new names only empties it more often.
     missing: std::collections::HashSet<Key>,
+    missing_bytes: usize,
     clock: u64,
 }
 
@@ -110,10 +113,14 @@ impl DirCache {
             // beneath the area: the walk up of `check_beneath` ends at one of those.
             Err(Errno::NOENT) => {
                 let mut inner = self.lock();
-                if inner.missing.len() >= MISSING {
+                if inner.missing.len() >= MISSING || inner.missing_bytes + key.1.len() > MISSING_BYTES {
                     inner.missing.clear();
+                    inner.missing_bytes = 0;
                 }
-                inner.missing.insert(key);
+                let bytes = key.1.len();
+                if inner.missing.insert(key) {
+                    inner.missing_bytes += bytes;
+                }
                 Parent::Missing
             }
             Err(_) => Parent::Unsure,
