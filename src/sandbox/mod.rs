@@ -24,6 +24,7 @@ mod listing;
 pub(crate) mod mounted;
 mod path;
 mod protect;
+mod query;
 mod window;
 
 use std::path::PathBuf;
@@ -47,6 +48,7 @@ pub use io::{BytesRead, FileKind, FileStat, ReadResult, EDIT_MAX_BYTES};
 pub use links::{FollowError, Followed};
 pub use listing::{Listing, LIST_LIMIT};
 pub use path::VirtualPath;
+pub use query::{Querier, QUERY_HANDLES};
 
 /// Read-only or read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
