@@ -12,3 +12,6 @@ pub mod runner;
 pub mod service;
 pub mod shell;
 pub mod shell_paths;
+pub mod shell_script;
+mod shell_builtins;
+mod shell_words;
