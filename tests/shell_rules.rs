@@ -83,13 +83,17 @@ fn a_denied_program_is_refused_however_it_is_started() {
         "find /out -name '*.tmp' -exec rm {} +",
         "find /out -execdir nice /bin/rm {} +",
         "nice env busybox sh -c 'timeout 1 rm x'",
+        // Shell strings are parsed as scripts: builtins and assignments in them are read.
+        "bash -c 'eval rm x'",
+        "sh -c 'X=1 rm x'",
+        "sh -c 'echo a | rm x'",
     ] {
         let d = policy.decide(cmd, &p.sandbox);
         assert!(reason(&d).contains("'rm' is not allowed"), "{cmd}: {d:?}");
     }
     // Launcher words that cannot be read, or shell strings the shell would expand: which
     // program runs is unknown, and a deny rule exists.
-    for cmd in ["sh -c '/bin/r? x'", "nice --weird rm x", "bash -c 'eval rm x'", "sh -c 'X=1 rm x'", "flock -c 'rm x' /tmp/l", "env -iS 'rm x'"] {
+    for cmd in ["sh -c '/bin/r? x'", "nice --weird rm x", "bash -c 'eval \"$X\"'", "sh -c '$P x'", "flock -c 'rm x' /tmp/l", "env -iS 'rm x'", "echo 'rm x' | sh"] {
         assert!(reason(&policy.decide(cmd, &p.sandbox)).contains("cannot be told"), "{cmd}");
     }
     // Words that merely mention rm are fine.

@@ -137,7 +137,7 @@ impl ShellPolicy {
             Ok(s) => s,
             Err(e) => return refuse(format!("the command cannot be parsed as a shell command line ({e})")),
         };
-        if script.commands.is_empty() && script.redirects.is_empty() && script.assigns.is_empty() {
+        if script.commands.is_empty() && script.redirects.is_empty() && script.assigns.is_empty() && script.opaque.is_empty() {
             return refuse("the command is empty".into());
         }
         let denies = self.rules.iter().find(|r| !r.allowed);
@@ -243,6 +243,15 @@ impl ShellPolicy {
             return None;
         }
         let rules: Vec<&ShellRule> = covered.iter().flatten().copied().collect();
+        // A rule says which files its program may use only through sandbox_paths: a write
+        // into a file is pre-approved only where those cover it (checked below).
+        let writes_covered = script.redirects.iter().filter(|r| r.write && !r.target.as_deref().is_some_and(harmless)).all(|r| match r.command {
+            Some(i) => !rules[i].sandbox_paths.is_empty(),
+            None => rules.iter().any(|rule| !rule.sandbox_paths.is_empty()),
+        });
+        if !writes_covered {
+            return None;
+        }
         for (i, (cmd, rule)) in script.commands.iter().zip(&rules).enumerate() {
             if rule.sandbox_paths.is_empty() {
                 continue;
