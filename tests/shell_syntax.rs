@@ -41,7 +41,14 @@ const DENY_RM: &str = "shell_rules:\n  - {pattern: rm, allowed: false}\n  - {pat
 fn service(p: &Arc<Project>, choice: BackendChoice) -> ToolService {
     let w = p.worker("w").expect("worker").clone();
     let runner = Arc::new(BackendRunner::new(p.clone(), choice, ApprovalMode::Strict));
-    ToolService::new(p.clone(), Caller { worker: Some(w.clone()), chain: vec!["w".into()] }, w.sandbox.clone(), Approver::new(ApprovalMode::Strict, None), AuditLog::new(&p.dir, "t"), runner)
+    ToolService::new(
+        p.clone(),
+        Caller { worker: Some(w.clone()), chain: vec!["w".into()] },
+        w.sandbox.clone(),
+        Approver::new(ApprovalMode::Strict, None),
+        AuditLog::new(&p.dir, "t"),
+        runner,
+    )
 }
 
 fn policy(p: &Project) -> ShellPolicy {
@@ -87,7 +94,8 @@ const HIDDEN_RM: &[&str] = &[
 ];
 
 /// Variants whose program (or write) cannot be told.
-const OPAQUE: &[&str] = &["$X keep", "\"$(echo rm)\" keep", "eval \"$X\"", "exec $X", ". ./script", "alias r=rm", "echo $((a[$(rm keep)]))", "echo rm keep | sh", "/bin/r? keep"];
+const OPAQUE: &[&str] =
+    &["$X keep", "\"$(echo rm)\" keep", "eval \"$X\"", "exec $X", ". ./script", "alias r=rm", "echo $((a[$(rm keep)]))", "echo rm keep | sh", "/bin/r? keep"];
 
 #[test]
 fn a_deny_rule_catches_rm_anywhere_and_names_what_cannot_be_told() {
@@ -130,9 +138,9 @@ fn allow_rules_pre_approve_only_when_they_cover_every_program() {
     let (_t, _d, p) = project("shell_rules:\n  - {pattern: cat, sandbox_paths: [/out], approval_required: false}\nshell_default: {allowed: false}\n");
     let (pol, sb) = (policy(&p), &p.worker("w").unwrap().sandbox);
     assert!(matches!(pol.decide_in("cat f > copy", sb, "/out"), ShellDecision::Allowed { approval_required: false, .. }));
-    for cmd in ["cat f > /tmp/copy", "cat /data/doc", "cat < /data/doc", "cat f > ../data/x"] {
+    for cmd in ["cat f > /tmp/copy", "cat /data/doc", "cat < /data/doc", "cat f > ../data/x", "cat f > .git/hooks/x"] {
         let r = refusal(pol.decide_in(cmd, sb, "/out"));
-        assert!(r.contains("outside the paths this command may use"), "{cmd}: {r}");
+        assert!(r.contains("outside the paths this command may use") || r.contains("the redirection"), "{cmd}: {r}");
     }
 }
 

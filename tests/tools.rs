@@ -38,7 +38,8 @@ fn shell_syntax_is_parsed_and_broken_syntax_refused() {
         }
     }
     for cmd in ["echo 'x", "ls |", "(ls"] {
-        let reason = refused(&policy.decide(cmd, &p.sandbox));
+        let d = policy.decide(cmd, &p.sandbox);
+        let reason = refused(&d);
         assert!(reason.contains("cannot be parsed"), "{cmd}: {reason}");
     }
 }

@@ -46,7 +46,22 @@ pub fn program_name(word: &str) -> &str {
 pub fn is_launcher(name: &str) -> bool {
     matches!(
         name,
-        "env" | "busybox" | "nice" | "nohup" | "setsid" | "time" | "timeout" | "stdbuf" | "ionice" | "chrt" | "taskset" | "sudo" | "doas" | "xargs" | "flock" | "find"
+        "env"
+            | "busybox"
+            | "nice"
+            | "nohup"
+            | "setsid"
+            | "time"
+            | "timeout"
+            | "stdbuf"
+            | "ionice"
+            | "chrt"
+            | "taskset"
+            | "sudo"
+            | "doas"
+            | "xargs"
+            | "flock"
+            | "find"
     ) || SHELLS.contains(&name)
 }
 

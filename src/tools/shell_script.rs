@@ -169,9 +169,57 @@ pub fn analyse_script(text: &str, workdir: &str) -> Result<Script, ParseError> {
 
 /// Builtins that only a shell can run (or that change the shell itself).
 const SHELL_ONLY: &[&str] = &[
-    "cd", "pushd", "popd", "dirs", "export", "unset", "set", "shopt", "exit", "return", "break", "continue", "shift", "read", "eval", "exec", ".", "source", "alias",
-    "unalias", "ulimit", "umask", "trap", "wait", "jobs", "fg", "bg", "local", "declare", "typeset", "readonly", "hash", "type", "command", "builtin", "getopts",
-    "let", "history", "times", "enable", "mapfile", "readarray", "caller", "fc", "bind", "complete", "compgen", "disown", "suspend", "logout", ":",
+    "cd",
+    "pushd",
+    "popd",
+    "dirs",
+    "export",
+    "unset",
+    "set",
+    "shopt",
+    "exit",
+    "return",
+    "break",
+    "continue",
+    "shift",
+    "read",
+    "eval",
+    "exec",
+    ".",
+    "source",
+    "alias",
+    "unalias",
+    "ulimit",
+    "umask",
+    "trap",
+    "wait",
+    "jobs",
+    "fg",
+    "bg",
+    "local",
+    "declare",
+    "typeset",
+    "readonly",
+    "hash",
+    "type",
+    "command",
+    "builtin",
+    "getopts",
+    "let",
+    "history",
+    "times",
+    "enable",
+    "mapfile",
+    "readarray",
+    "caller",
+    "fc",
+    "bind",
+    "complete",
+    "compgen",
+    "disown",
+    "suspend",
+    "logout",
+    ":",
 ];
 
 /// The argv of a command line that is exactly one simple command of literal words with no
@@ -207,7 +255,8 @@ pub fn dangerous_name(name: &str) -> bool {
 
 /// Builtins taking variable names, which bash evaluates as `name[subscript]` (arithmetic,
 /// so `a[$(cmd)]` runs `cmd`).
-pub(super) const NAME_BUILTINS: &[&str] = &["declare", "typeset", "local", "export", "readonly", "unset", "read", "printf", "mapfile", "readarray", "getopts", "wait", "test", "["];
+pub(super) const NAME_BUILTINS: &[&str] =
+    &["declare", "typeset", "local", "export", "readonly", "unset", "read", "printf", "mapfile", "readarray", "getopts", "wait", "test", "["];
 
 #[derive(Default)]
 pub(super) struct Walker {
@@ -514,7 +563,11 @@ impl Walker {
         let at = self.record(lits.clone(), assigned, cwd, direct);
         let chain = self.out.commands[at].chain.clone();
         if words.iter().any(|(_, l)| l.is_none()) && chain.stages.iter().any(|s| is_launcher(&s.name)) {
-            self.opaque(format!("'{}' gives a shell expansion to the launcher '{}', which may make it run any program", shown(), chain.stages.iter().find(|s| is_launcher(&s.name)).map(|s| s.name.as_str()).unwrap_or_default()));
+            self.opaque(format!(
+                "'{}' gives a shell expansion to the launcher '{}', which may make it run any program",
+                shown(),
+                chain.stages.iter().find(|s| is_launcher(&s.name)).map(|s| s.name.as_str()).unwrap_or_default()
+            ));
         }
         for s in &chain.scripts {
             self.nested(s, cwd, "the shell string");

@@ -201,23 +201,23 @@ async fn create_and_supervise(
         }))
     } else {
         plan.interactive.then(|| {
-        tokio::spawn(async move {
-            let mut stdin = tokio::io::stdin();
-            let mut buf = vec![0u8; 8192];
-            loop {
-                match stdin.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if input.write_all(&buf[..n]).await.is_err() {
-                            break;
+            tokio::spawn(async move {
+                let mut stdin = tokio::io::stdin();
+                let mut buf = vec![0u8; 8192];
+                loop {
+                    match stdin.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if input.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                            let _ = input.flush().await;
                         }
-                        let _ = input.flush().await;
                     }
                 }
-            }
-            // Closing our half makes the container see end-of-input (stdin_once).
-            let _ = input.shutdown().await;
-        })
+                // Closing our half makes the container see end-of-input (stdin_once).
+                let _ = input.shutdown().await;
+            })
         })
     };
 
