@@ -82,7 +82,7 @@ enum Unreadable {
     /// An option cluster of env's holding `S` (`-iS…`).
     #[error("'{0}' bundles -S")]
     SplitBundled(String),
-    #[error("the -S string uses escapes or comments, so the program it runs cannot be told")]
+    #[error("the -S string uses escapes, variables (env expands `${{NAME}}`) or comments, so the program it runs cannot be told")]
     SplitEscapes,
     #[error("-S string cannot be split")]
     SplitUnbalanced,
@@ -330,9 +330,10 @@ fn env_value_in_next_word(w: &str) -> Result<bool, Unreadable> {
 }
 
 /// The words of env's `-S STRING`. env reads escapes in it that shlex does not (`\_` is a
-/// word separator, `\c` ends the string) and comments from `#`, so such strings are not read.
+/// word separator, `\c` ends the string), `${NAME}` variables and comments from `#`, so such
+/// strings are not read.
 fn env_split(s: &str) -> Result<Vec<String>, Unreadable> {
-    if s.contains(['\\', '#']) {
+    if s.contains(['\\', '#', '$']) {
         return Err(Unreadable::SplitEscapes);
     }
     shlex::split(s).ok_or(Unreadable::SplitUnbalanced)

@@ -70,6 +70,15 @@ impl Walker {
             }
             _ => {}
         }
+        let sets = match name.as_str() {
+            "test" | "[" | "wait" => false,
+            "printf" => rest.iter().any(|(_, l)| l.as_deref() == Some("-v")),
+            n => NAME_BUILTINS.contains(&n),
+        };
+        if sets {
+            // They set variables (`read PATH`, `export X=…`): no allow rule pre-approves that.
+            self.out.assigns.push(format!("'{shown}' sets variables"));
+        }
         if NAME_BUILTINS.contains(&name.as_str()) {
             for (src, lit) in rest {
                 match lit {

@@ -120,6 +120,8 @@ fn what_cannot_be_told_is_opaque_and_named() {
         ("trap \"$X\" EXIT", "trap action"),
         ("hash -p /bin/rm ls", "hash"),
         ("sh -c 'echo \"'", "cannot be parsed"),
+        ("X=rm env -S '${X} f'", "variables"),
+        ("cd $D; echo > f", ""),
     ] {
         let s = script(text);
         let all = s.opaque.iter().cloned().chain(s.commands.iter().filter_map(|c| c.chain.opaque.clone())).collect::<Vec<_>>().join(" | ");
@@ -150,6 +152,16 @@ fn redirections_know_where_they_run() {
     let s = script("ls 2>&1 >/dev/null 2>>log <in &>all >&2");
     let writes: Vec<_> = s.redirects.iter().map(|r| (r.target.clone().unwrap_or_default(), r.write)).collect();
     assert_eq!(writes, [("/dev/null".to_string(), true), ("log".into(), true), ("in".into(), false), ("all".into(), true)]);
+}
+
+#[test]
+fn builtins_that_set_variables_are_assignments() {
+    for text in ["read PATH", "export GIT_DIR=/x", "X=1", "for PATH in a; do :; done", "printf -v PATH x", "echo ${PATH:=/x}"] {
+        assert!(!script(text).assigns.is_empty(), "{text}");
+    }
+    for text in ["echo x", "[ -f x ]", "printf '%s' x", "test -n x"] {
+        assert!(script(text).assigns.is_empty(), "{text}");
+    }
 }
 
 #[test]
