@@ -184,6 +184,8 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
     worker_owns(&tmp.path().join("data"));
     std::fs::write(tmp.path().join("data/doc.txt"), "shell can read this").expect("write");
     let shell = |cmd: &str| format!(r#"{CURL} --data-binary '{{"command":"{cmd}"}}' http://workcell/v1/tools/shell; echo"#);
+    // Standard input reaches the command (docker: through the exec into the container).
+    let with_stdin = format!(r#"{CURL} --data-binary '{{"command":"cat","stdin":"given-on-stdin"}}' http://workcell/v1/tools/shell; echo"#);
     let w = worker(
         "sandbox:\n  zones:\n    - {name: data, mode: ro}\nshell_rules:\n  - {pattern: cat, sandbox_paths: [/data], approval_required: false}\n  - {pattern: touch, approval_required: false}\nshell_default: {allowed: false}\n",
         &format!(
@@ -192,8 +194,7 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
             shell("cat /etc/hostname"),
             shell("ls /"),
             shell("touch /tmp/made-by-shell"),
-            // Standard input reaches the command (docker: through the exec into the container).
-            format!(r#"{CURL} --data-binary '{{"command":"cat","stdin":"given-on-stdin"}}' http://workcell/v1/tools/shell; echo"#)
+            with_stdin
         ),
     );
     write_project(tmp.path(), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", &[("sheller", &w)]);

@@ -1,8 +1,8 @@
 //! Shell builtins that run, or change how the shell runs, other words (`exec`, `command`,
-//! `eval`, `trap`, `source`, `cd`), redirections and `[[ … ]]` tests, for the walk of
-//! `shell_script`.
+//! `eval`, `trap`, `source`, `cd`), redirections, `[[ … ]]` tests and compound commands
+//! (`if`, loops, `case`, groups), for the walk of `shell_script`.
 
-use brush_parser::ast;
+use brush_parser::ast::{self, CompoundCommand as CC};
 
 use super::launchers::program_name;
 use super::shell_script::{dangerous_name, options, Cwd, Redirect, Walker, Word, NAME_BUILTINS};
@@ -206,5 +206,88 @@ impl Walker {
                 }
             }
         }
+    }
+
+    pub(super) fn compound(&mut self, cc: &CC, cwd: &Cwd) -> (Cwd, Cwd) {
+        let end = match cc {
+            CC::Arithmetic(a) => {
+                self.arithmetic(&a.expr.value);
+                cwd.clone()
+            }
+            CC::ArithmeticForClause(f) => {
+                for e in [&f.initializer, &f.condition, &f.updater].into_iter().flatten() {
+                    self.arithmetic(&e.value);
+                }
+                self.looped(&[&f.body.list], cwd)
+            }
+            CC::BraceGroup(b) => self.list(&b.list, cwd),
+            CC::Subshell(s) => {
+                self.list(&s.list, cwd);
+                cwd.clone()
+            }
+            CC::ForClause(f) => {
+                self.assign_name(&f.variable_name, "a for loop");
+                for w in f.values.iter().flatten() {
+                    self.word(&w.value, cwd);
+                }
+                self.looped(&[&f.body.list], cwd)
+            }
+            CC::CaseClause(c) => {
+                self.word(&c.value.value, cwd);
+                let mut end = cwd.clone();
+                for item in &c.cases {
+                    for p in &item.patterns {
+                        self.word(&p.value, cwd);
+                    }
+                    if let Some(body) = &item.cmd {
+                        let e = self.list(body, cwd);
+                        end = end.union(&e);
+                    }
+                }
+                end
+            }
+            CC::IfClause(i) => {
+                let after_cond = self.list(&i.condition, cwd);
+                let mut end = self.list(&i.then, &after_cond);
+                let mut from = after_cond.clone();
+                let mut has_else = false;
+                for e in i.elses.iter().flatten() {
+                    if let Some(cond) = &e.condition {
+                        from = self.list(cond, &from);
+                    } else {
+                        has_else = true;
+                    }
+                    let b = self.list(&e.body, &from);
+                    end = end.union(&b);
+                }
+                if !has_else {
+                    end = end.union(&from);
+                }
+                end
+            }
+            CC::WhileClause(w) | CC::UntilClause(w) => self.looped(&[&w.0, &w.1.list], cwd),
+            CC::Coprocess(c) => {
+                self.command(&c.body, cwd);
+                cwd.clone()
+            }
+        };
+        (end.clone(), end)
+    }
+
+    /// A loop body may run many times: when it changes directory, where it runs after the
+    /// first time is not known.
+    fn looped(&mut self, lists: &[&ast::CompoundList], cwd: &Cwd) -> Cwd {
+        let mut end = cwd.clone();
+        for l in lists {
+            end = self.list(l, &end);
+        }
+        if end == *cwd {
+            return cwd.clone();
+        }
+        let u = Cwd::unknown("after a loop that changes directory");
+        for l in lists {
+            self.list(l, &u);
+        }
+        u
     }
 }
