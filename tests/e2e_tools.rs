@@ -184,14 +184,17 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
     worker_owns(&tmp.path().join("data"));
     std::fs::write(tmp.path().join("data/doc.txt"), "shell can read this").expect("write");
     let shell = |cmd: &str| format!(r#"{CURL} --data-binary '{{"command":"{cmd}"}}' http://workcell/v1/tools/shell; echo"#);
+    // Standard input reaches the command (docker: through the exec into the container).
+    let with_stdin = format!(r#"{CURL} --data-binary '{{"command":"cat","stdin":"given-on-stdin"}}' http://workcell/v1/tools/shell; echo"#);
     let w = worker(
         "sandbox:\n  zones:\n    - {name: data, mode: ro}\nshell_rules:\n  - {pattern: cat, sandbox_paths: [/data], approval_required: false}\n  - {pattern: touch, approval_required: false}\nshell_default: {allowed: false}\n",
         &format!(
-            "{}; {}; {}; {}; test -e /tmp/made-by-shell && echo SAME-CONTAINER || echo FRESH-SANDBOX",
+            "{}; {}; {}; {}; {}; test -e /tmp/made-by-shell && echo SAME-CONTAINER || echo FRESH-SANDBOX",
             shell("cat /data/doc.txt"),
             shell("cat /etc/hostname"),
             shell("ls /"),
-            shell("touch /tmp/made-by-shell")
+            shell("touch /tmp/made-by-shell"),
+            with_stdin
         ),
     );
     write_project(tmp.path(), "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n", &[("sheller", &w)]);
@@ -206,8 +209,9 @@ fn shell_runs_inside_the_sandbox_under_its_rules(backend: &str) {
     // bwrap: in a fresh sandbox with the same mounts.
     let expected = if backend == "docker" { "SAME-CONTAINER" } else { "FRESH-SANDBOX" };
     assert!(stdout.contains(expected), "{stdout}");
+    assert!(stdout.contains(r#""stdout":"given-on-stdin""#), "stdin reached the command: {stdout}");
     let events = audit(tmp.path());
-    assert!(events.iter().filter(|e| e["event"] == "tool_call" && e["tool"] == "shell").count() == 4, "{events:?}");
+    assert!(events.iter().filter(|e| e["event"] == "tool_call" && e["tool"] == "shell").count() == 5, "{events:?}");
 }
 
 /// A child worker's own limits hold in its sandbox: 60 background processes against its

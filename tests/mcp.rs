@@ -71,7 +71,9 @@ fn mcp_python_sdk_drives_the_sandboxed_tools() {
     assert!(cat.contains("hello from the data zone") && cat.contains("\"exit_code\": 0"), "{cat}");
     let outside = r["shell_outside"]["text"].as_str().unwrap_or("");
     assert!(outside.contains("No such file or directory") && !outside.contains("\"exit_code\": 0"), "{outside}");
-    assert!(r["shell_meta"]["text"].as_str().unwrap_or("").contains("without a shell"));
+    // Shell syntax that does not parse is refused, saying so.
+    let meta = r["shell_meta"]["text"].as_str().unwrap_or("");
+    assert!(meta.contains("cannot be parsed as a shell command line"), "{meta}");
 
     // Every call is in the audit log, with its outcome.
     let log = std::fs::read_to_string(tmp.path().join(".workcell/audit.jsonl")).expect("audit log");

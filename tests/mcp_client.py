@@ -45,7 +45,7 @@ async def main():
             out["shell_cat"] = {"error": r.is_error, "text": text(r)}
             r = await session.call_tool("shell", {"command": "ls /root /home"})
             out["shell_outside"] = {"error": r.is_error, "text": text(r)}
-            r = await session.call_tool("shell", {"command": "ls; id"})
+            r = await session.call_tool("shell", {"command": "ls; echo 'unterminated"})
             out["shell_meta"] = {"error": r.is_error, "text": text(r)}
     print(json.dumps(out))
 

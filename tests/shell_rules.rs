@@ -83,13 +83,19 @@ fn a_denied_program_is_refused_however_it_is_started() {
         "find /out -name '*.tmp' -exec rm {} +",
         "find /out -execdir nice /bin/rm {} +",
         "nice env busybox sh -c 'timeout 1 rm x'",
+        // Shell strings are parsed as scripts: builtins and assignments in them are read.
+        "bash -c 'eval rm x'",
+        "sh -c 'X=1 rm x'",
+        "sh -c 'echo a | rm x'",
     ] {
         let d = policy.decide(cmd, &p.sandbox);
         assert!(reason(&d).contains("'rm' is not allowed"), "{cmd}: {d:?}");
     }
     // Launcher words that cannot be read, or shell strings the shell would expand: which
     // program runs is unknown, and a deny rule exists.
-    for cmd in ["sh -c '/bin/r? x'", "nice --weird rm x", "bash -c 'eval rm x'", "sh -c 'X=1 rm x'", "flock -c 'rm x' /tmp/l", "env -iS 'rm x'"] {
+    for cmd in
+        ["sh -c '/bin/r? x'", "nice --weird rm x", "bash -c 'eval \"$X\"'", "sh -c '$P x'", "flock -c 'rm x' /tmp/l", "env -iS 'rm x'", "echo 'rm x' | sh"]
+    {
         assert!(reason(&policy.decide(cmd, &p.sandbox)).contains("cannot be told"), "{cmd}");
     }
     // Words that merely mention rm are fine.
@@ -103,7 +109,8 @@ fn an_allow_rule_covers_the_program_run_directly_only() {
     let (_t, _r, p) = project();
     let strict = ShellPolicy { default: Rule { allowed: Some(false), approval_required: None }, ..deny_rm() };
     assert!(matches!(strict.decide("git status --short", &p.sandbox), ShellDecision::Allowed { approval_required: false, .. }));
-    for cmd in ["env git status", "env LD_PRELOAD=/out/x.so git status", "nice git status", "./git status", "/out/git status", "xargs git status"] {
+    assert!(reason(&strict.decide("env LD_PRELOAD=/out/x.so git status", &p.sandbox)).contains("sets LD_PRELOAD"));
+    for cmd in ["env git status", "nice git status", "./git status", "/out/git status", "xargs git status"] {
         let r = reason(&strict.decide(cmd, &p.sandbox));
         assert!(r.contains("shell_default does not allow others"), "{cmd}: {r}");
     }

@@ -198,6 +198,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         interactive: args.interactive,
         tty: args.tty,
         runtime: args.runtime.clone(),
+        stdin: None,
         inherited_runtime: None,
     };
     let choice = args.backend.or(worker.and_then(|w| w.backend)).unwrap_or(project.defaults.backend);

@@ -172,6 +172,10 @@ pub struct LaunchPlan {
     /// after the run, any other one found is moved aside.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub protected: Vec<ProtectedArea>,
+    /// Bytes written to the command's standard input, then closed (a captured run of the
+    /// shell tool); `None`: an empty input.
+    #[serde(skip)]
+    pub stdin: Option<Arc<[u8]>>,
 }
 
 /// One writable mount's protected paths (`crate::hostrun`).
@@ -233,6 +237,8 @@ pub struct Overrides {
     /// The runtime of the run that starts this one (a child worker, a shell command): this
     /// run gets the same, and may not name another (see [`runtime::inherit`]).
     pub inherited_runtime: Option<String>,
+    /// Standard input for a captured run (the shell tool's `stdin`).
+    pub stdin: Option<Arc<[u8]>>,
 }
 
 /// Why a plan cannot be made.
@@ -553,6 +559,7 @@ impl LaunchPlan {
             runtime,
             copies,
             protected,
+            stdin: ov.stdin.clone(),
         })
     }
 

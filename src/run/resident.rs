@@ -365,6 +365,7 @@ fn probe_plan() -> LaunchPlan {
         runtime: None,
         copies: Vec::new(),
         protected: Vec::new(),
+        stdin: Default::default(),
     }
 }
 

@@ -23,12 +23,15 @@ pub struct Chain {
     /// Set when a launcher's words could not be read (an option it is not known to take, a
     /// shell string with globs, nesting too deep): which program runs is then unknown.
     pub opaque: Option<String>,
+    /// Shell strings the chain runs (`sh -c STRING`, at any depth): the caller parses and
+    /// judges them as scripts (`shell_script`).
+    pub scripts: Vec<String>,
 }
 
 impl Chain {
     /// True when the command is exactly one program, started directly.
     pub fn is_plain(&self) -> bool {
-        self.stages.len() == 1 && self.opaque.is_none()
+        self.stages.len() == 1 && self.opaque.is_none() && self.scripts.is_empty()
     }
 }
 
@@ -36,6 +39,30 @@ impl Chain {
 pub fn program_name(word: &str) -> &str {
     let w = word.trim_end_matches('/');
     w.rsplit('/').next().unwrap_or(w)
+}
+
+/// Programs whose words name another program to run (what [`analyse`] follows): a word of
+/// theirs that the shell expands could name any program.
+pub fn is_launcher(name: &str) -> bool {
+    matches!(
+        name,
+        "env"
+            | "busybox"
+            | "nice"
+            | "nohup"
+            | "setsid"
+            | "time"
+            | "timeout"
+            | "stdbuf"
+            | "ionice"
+            | "chrt"
+            | "taskset"
+            | "sudo"
+            | "doas"
+            | "xargs"
+            | "flock"
+            | "find"
+    ) || SHELLS.contains(&name)
 }
 
 /// The programs `argv` runs.
@@ -55,16 +82,14 @@ enum Unreadable {
     /// An option cluster of env's holding `S` (`-iS…`).
     #[error("'{0}' bundles -S")]
     SplitBundled(String),
-    #[error("the -S string uses escapes or comments, so the program it runs cannot be told")]
+    #[error("the -S string uses escapes, variables (env expands `${{NAME}}`) or comments, so the program it runs cannot be told")]
     SplitEscapes,
     #[error("-S string cannot be split")]
     SplitUnbalanced,
     #[error("-c runs a shell string")]
     FlockShell,
-    #[error("the -c string cannot be split")]
-    ShellUnbalanced,
-    #[error("the -c string uses shell expansions or builtins, so the program it runs cannot be told")]
-    ShellExpansions,
+    #[error("without -c (or with -s) the shell reads its commands from standard input")]
+    ShellStdin,
 }
 
 /// Options of one launcher: short letters taking a value, short flags, long options taking
@@ -128,17 +153,6 @@ fn skip_opts(words: &[String], o: &Opts) -> Result<usize, Unreadable> {
 }
 
 const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"];
-
-/// Words of a shell's `-c` string that the shell would expand or interpret further
-/// (globs, braces, tildes, escapes, quotes are handled by the split) or builtins that run
-/// other words as commands.
-fn shell_string_is_opaque(s: &str, words: &[String]) -> bool {
-    const BUILTINS: &[&str] = &[
-        "eval", "exec", "command", "builtin", ".", "source", "trap", "alias", "function", "coproc", "time", "!", "{", "(", "if", "for", "while", "until",
-        "case",
-    ];
-    s.contains(['*', '?', '[', '{', '~', '\\', '(', ')', '=', '#']) || words.first().is_some_and(|w| BUILTINS.contains(&w.as_str()))
-}
 
 fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
     let Some(word) = argv.first() else { return };
@@ -225,7 +239,14 @@ fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
             find_programs(rest, chain, depth);
             Ok(None)
         }
-        n if SHELLS.contains(&n) => shell_program(rest),
+        n if SHELLS.contains(&n) => match shell_program(rest) {
+            Ok(Some(script)) => {
+                chain.scripts.push(script);
+                Ok(None)
+            }
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
+        },
         _ => Ok(None),
     };
     match next {
@@ -309,9 +330,10 @@ fn env_value_in_next_word(w: &str) -> Result<bool, Unreadable> {
 }
 
 /// The words of env's `-S STRING`. env reads escapes in it that shlex does not (`\_` is a
-/// word separator, `\c` ends the string) and comments from `#`, so such strings are not read.
+/// word separator, `\c` ends the string), `${NAME}` variables and comments from `#`, so such
+/// strings are not read.
 fn env_split(s: &str) -> Result<Vec<String>, Unreadable> {
-    if s.contains(['\\', '#']) {
+    if s.contains(['\\', '#', '$']) {
         return Err(Unreadable::SplitEscapes);
     }
     shlex::split(s).ok_or(Unreadable::SplitUnbalanced)
@@ -347,11 +369,13 @@ fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
     Ok((i < rest.len()).then(|| rest[i..].to_vec()))
 }
 
-/// `sh [OPTIONS] -c STRING [NAME ARGS]`: STRING split into words. Without `-c` the shell reads
-/// a script (not followed: see the README).
-fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
+/// `sh [OPTIONS] -c STRING [NAME ARGS]`: STRING, parsed by the caller. Without `-c` the shell
+/// runs a script file (not followed: see the README) or, with no operand or `-s`, reads its
+/// commands from standard input, which cannot be judged.
+fn shell_program(rest: &[String]) -> Result<Option<String>, Unreadable> {
     let mut i = 0;
     let mut wants_string = false;
+    let mut reads_stdin = false;
     while i < rest.len() {
         let w = &rest[i];
         if w == "--" || w == "-" || !(w.starts_with('-') || w.starts_with('+')) {
@@ -370,22 +394,20 @@ fn shell_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
         if w[1..].contains('c') {
             wants_string = true;
         }
+        if w.starts_with('-') && w[1..].contains('s') {
+            reads_stdin = true;
+        }
         // Every `o` (`-o OPTION`) and bash's `O` (`-O SHOPT`) in the word takes one more word,
         // wherever it sits in a cluster (`-oc errexit STRING`).
         i += 1 + w[1..].chars().filter(|c| matches!(c, 'o' | 'O')).count();
     }
-    if !wants_string {
-        return Ok(None);
-    }
-    if rest.get(i).is_some_and(|w| w == "--") {
+    if rest.get(i).is_some_and(|w| w == "--" || w == "-") {
         i += 1;
     }
-    let Some(s) = rest.get(i) else { return Ok(None) };
-    let words = shlex::split(s).ok_or(Unreadable::ShellUnbalanced)?;
-    if shell_string_is_opaque(s, &words) {
-        return Err(Unreadable::ShellExpansions);
+    if !wants_string {
+        return if reads_stdin || i >= rest.len() { Err(Unreadable::ShellStdin) } else { Ok(None) };
     }
-    Ok((!words.is_empty()).then_some(words))
+    Ok(rest.get(i).cloned())
 }
 
 /// `find … -exec PROGRAM ARGS {} +` (and `-execdir`, `-ok`, `-okdir`) runs PROGRAM;

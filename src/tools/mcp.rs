@@ -95,7 +95,7 @@ fn specs(facts: Facts) -> Vec<Spec> {
         spec(
             "shell",
             "Run a command in the sandbox",
-            "Run one command (no pipes, redirections or chains) inside the sandbox: it sees only the sandbox's directories and, unless allowed, no network.",
+            "Run a shell command line inside the sandbox (pipelines, &&, ||, ;, redirections, subshells, cd and quoting work; every program it runs and every file it redirects into is judged by the worker's rules): it sees only the sandbox's directories and, unless allowed, no network.",
             schema::<ShellArgs>(),
             !facts.writable && !facts.network,
             facts.writable,

@@ -12,4 +12,7 @@ pub mod mcp;
 pub mod runner;
 pub mod service;
 pub mod shell;
+mod shell_builtins;
 pub mod shell_paths;
+pub mod shell_script;
+mod shell_words;

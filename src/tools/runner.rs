@@ -234,6 +234,7 @@ impl SandboxRunner for BackendRunner {
             let mut plan = running.clone();
             plan.workdir = cmd.workdir.clone();
             plan.env.extend(cmd.env.iter().cloned());
+            plan.stdin = (!cmd.stdin.is_empty()).then(|| cmd.stdin.as_slice().into());
             return Ok(backend::docker::exec_captured(&plan, &cmd.args, timeout).map(to_output)?);
         }
         if let Some(session) = &self.session {
@@ -247,6 +248,7 @@ impl SandboxRunner for BackendRunner {
             env: cmd.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             workdir: Some(cmd.workdir.clone()),
             inherited_runtime: self.runtime.clone(),
+            stdin: (!cmd.stdin.is_empty()).then(|| cmd.stdin.as_slice().into()),
             ..Overrides::default()
         };
         // A run of its own (a fresh boundary with the caller's sandbox), with no services.

@@ -1,11 +1,13 @@
-//! Shell rules: which command lines a worker may run, and which need a
-//! person's yes. Commands are split with shlex and executed without a shell, so shell
-//! metacharacters are refused rather than interpreted.
+//! Shell rules: which command lines a worker may run, and which need a person's yes. A command
+//! line is parsed as shell syntax (`shell_script`) and every program it runs is judged: a deny
+//! rule matches any of them, an allow rule pre-approves a command line only when it covers each
+//! of them, started directly. Redirections into files are judged like the tools' own writes.
 
 use serde::Serialize;
 
-use super::launchers::{analyse, program_name, Stage};
+use super::launchers::{program_name, Stage};
 use super::shell_paths;
+use super::shell_script::{analyse_script, Command, Cwd, Redirect, Script, NONLITERAL};
 use crate::config::{Rule, ShellRule};
 use crate::sandbox::Sandbox;
 
@@ -36,49 +38,20 @@ pub enum ShellDecision {
     Refused { reason: String },
 }
 
-/// Characters and sequences a shell would interpret. We run no shell, so they would be
-/// passed literally — refusing them is clearer than surprising the caller.
-const METACHARACTERS: &[(&str, &str)] = &[
-    (";", "command separator ';'"),
-    ("&&", "'&&'"),
-    ("||", "'||'"),
-    ("|", "pipe '|'"),
-    ("&", "background '&'"),
-    (">", "redirection '>'"),
-    ("<", "redirection '<'"),
-    ("`", "backtick substitution"),
-    ("$(", "command substitution '$('"),
-    ("${", "variable expansion '${'"),
-    ("$", "variable '$'"),
-    ("\n", "newline"),
-];
-
 /// A command line holds characters it may not.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CommandTextError {
-    /// `0` names the metacharacter ("pipe '|'").
     #[error(
-        "the command contains {0}; commands run without a shell, so pipes, redirections, substitutions, variables and command chains are not available. Run one command per call"
-    )]
-    Metacharacter(&'static str),
-    #[error(
-        "the command contains the control character U+{:04X}; commands may hold printable characters, spaces and tabs only (a terminal could otherwise show a different command than the one run)",
+        "the command contains the control character U+{:04X}; commands may hold printable characters, spaces, tabs and newlines only (a terminal could otherwise show a different command than the one run)",
         *.0 as u32
     )]
     Control(char),
 }
 
-/// Refuses shell metacharacters, naming the first one found.
-pub fn check_metacharacters(command: &str) -> Result<(), CommandTextError> {
-    match METACHARACTERS.iter().find(|(seq, _)| command.contains(seq)) {
-        Some((_, what)) => Err(CommandTextError::Metacharacter(what)),
-        None => Ok(()),
-    }
-}
-
 /// Refuses ASCII control characters (and the C1 range), which a terminal showing the command
 /// to a person may interpret (`\r` rewrites the line, ESC starts an escape sequence), so the
-/// command approved would not be the command run. A tab counts as a space.
+/// command approved would not be the command run. A tab counts as a space; a newline separates
+/// commands (the approval prompt shows it escaped).
 pub fn check_control_characters(command: &str) -> Result<(), CommandTextError> {
     match command.chars().find(|&c| c != '\t' && c != '\n' && (c.is_ascii_control() || ('\u{80}'..='\u{9f}').contains(&c))) {
         Some(c) => Err(CommandTextError::Control(c)),
@@ -96,11 +69,42 @@ pub fn matches(pattern: &str, args: &[String]) -> bool {
 /// True when `pattern` names `stage`'s program (by name: a rule `rm` or `/bin/rm` covers
 /// `/usr/bin/rm` and `./rm`) and its further words start the stage's arguments.
 pub fn names_stage(pattern: &str, stage: &Stage) -> bool {
+    stage_match(pattern, stage) == Match::Yes
+}
+
+/// Whether a rule names a stage, when some of its words are shell expansions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Match {
+    Yes,
+    No,
+    /// An expanded word stands where the rule's words are compared: it may or may not match.
+    Maybe,
+}
+
+fn stage_match(pattern: &str, stage: &Stage) -> Match {
     let words = shlex::split(pattern).unwrap_or_default();
-    match words.split_first() {
-        Some((program, rest)) => program_name(program) == stage.name && stage.args.len() >= rest.len() && rest.iter().zip(&stage.args).all(|(w, a)| w == a),
-        None => false,
+    let Some((program, rest)) = words.split_first() else { return Match::No };
+    if program_name(program) != stage.name {
+        return Match::No;
     }
+    for (i, w) in rest.iter().enumerate() {
+        match stage.args.get(i) {
+            Some(a) if a.starts_with(NONLITERAL) => return Match::Maybe,
+            Some(a) if a == w => {}
+            // An unquoted expansion earlier may have become several words.
+            None if stage.args.iter().any(|a| a.starts_with(NONLITERAL)) => return Match::Maybe,
+            _ => return Match::No,
+        }
+    }
+    Match::Yes
+}
+
+/// How one simple command fares against the rules.
+enum Ruled<'a> {
+    Refused(String),
+    /// Covered by this allow rule.
+    Allowed(&'a ShellRule),
+    Unmatched,
 }
 
 impl ShellPolicy {
@@ -109,70 +113,256 @@ impl ShellPolicy {
         self.decide_in(command, sandbox, &crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)))
     }
 
-    /// Decides about `command`, run in `workdir` (relative paths are judged from there):
-    /// `tool_rules.shell.allowed` → the first matching rule → `shell_default` →
-    /// `tool_rules.shell.approval_required` (default: ask). A deny rule matches when any
-    /// program the command runs (through launchers, `find -exec`, `sh -c`) is the one it
-    /// names; an allow rule only when the command is that program, started directly.
+    /// Decides about `command`, run in `workdir` (relative paths are judged from there).
     pub fn decide_in(&self, command: &str, sandbox: &Sandbox, workdir: &str) -> ShellDecision {
+        self.decide_call(command, sandbox, workdir, false)
+    }
+
+    /// Decides about `command`, run in `workdir`; `env_given` when the call adds environment
+    /// variables (which change what a program does, so no allow rule pre-approves it then):
+    /// `tool_rules.shell.allowed` → every program against the rules in order (a deny rule
+    /// matching any program, or any part that cannot be judged while a deny rule exists,
+    /// refuses) → redirections into files → pre-approval when allow rules cover every program
+    /// → `shell_default` → `tool_rules.shell.approval_required` (default: ask).
+    pub fn decide_call(&self, command: &str, sandbox: &Sandbox, workdir: &str, env_given: bool) -> ShellDecision {
         let refuse = |reason: String| ShellDecision::Refused { reason };
         if self.tool.allowed == Some(false) {
             return refuse("the shell tool is disabled for this worker (tool_rules.shell.allowed: false)".into());
         }
-        if let Err(e) = check_control_characters(command).and_then(|_| check_metacharacters(command)) {
+        if let Err(e) = check_control_characters(command) {
             return refuse(e.to_string());
         }
-        let args = match shlex::split(command) {
-            Some(a) if !a.is_empty() => a,
-            Some(_) => return refuse("the command is empty".into()),
-            None => return refuse("the command cannot be split into arguments (unbalanced quotes?)".into()),
+        let script = match analyse_script(command, workdir) {
+            Ok(s) => s,
+            Err(e) => return refuse(format!("the command cannot be parsed as a shell command line ({e})")),
         };
-        let chain = analyse(&args);
-        for rule in &self.rules {
-            if !rule.allowed {
-                if let Some(stage) = chain.stages.iter().find(|s| names_stage(&rule.pattern, s)) {
-                    let via = if chain.stages.len() > 1 {
-                        format!(" (the command runs {})", chain.stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" → "))
-                    } else {
-                        String::new()
-                    };
-                    return refuse(format!("'{}' is not allowed for this worker (rule '{}' denies it){via}", stage.name, rule.pattern));
-                }
-                if let Some(why) = &chain.opaque {
-                    return refuse(format!(
-                        "which program this command runs cannot be told ({why}), and rule '{}' denies some programs; run the program directly",
-                        rule.pattern
-                    ));
-                }
-                continue;
+        if script.commands.is_empty() && script.redirects.is_empty() && script.assigns.is_empty() && script.opaque.is_empty() {
+            return refuse("the command is empty".into());
+        }
+        let denies = self.rules.iter().find(|r| !r.allowed);
+        let mut covered: Vec<Option<&ShellRule>> = Vec::new();
+        for cmd in &script.commands {
+            match self.rule_for(cmd) {
+                Ruled::Refused(reason) => return refuse(reason),
+                Ruled::Allowed(rule) => covered.push(Some(rule)),
+                Ruled::Unmatched => covered.push(None),
             }
-            if !(chain.is_plain() && matches(&rule.pattern, &args)) {
-                continue;
+        }
+        let mut unjudged: Vec<String> = script.opaque.clone();
+        for r in script.redirects.iter().filter(|r| r.write) {
+            match judge_write(r, sandbox) {
+                Ok(()) => {}
+                Err(Unjudged::Refused(reason)) => return refuse(reason),
+                Err(Unjudged::Opaque(why)) => unjudged.push(why),
             }
-            if !rule.sandbox_paths.is_empty() {
-                let n = shlex::split(&rule.pattern).map(|w| w.len()).unwrap_or(0);
-                if let Err(e) = shell_paths::check(&args[n..], &rule.sandbox_paths, sandbox, workdir) {
-                    return refuse(e.to_string());
-                }
-            }
-            return ShellDecision::Allowed { args, approval_required: rule.approval_required, rule: Some(rule.pattern.clone()) };
+        }
+        if let (Some(rule), Some(why)) = (denies, unjudged.first()) {
+            return refuse(format!(
+                "which programs this command runs, or where it writes, cannot be told: {why}; and rule '{}' denies some programs. Write the program and paths literally",
+                rule.pattern
+            ));
+        }
+        if let Some(pre) = self.preapproved(&script, &covered, unjudged.is_empty() && !env_given, sandbox) {
+            return match pre {
+                Ok((approval_required, rule)) => ShellDecision::Allowed { args: run_args(&script, command), approval_required, rule: Some(rule) },
+                Err(reason) => refuse(reason),
+            };
         }
         // Why an allow rule did not apply, when it names a program this command runs.
-        let launched = self
-            .rules
+        let launched = script
+            .commands
             .iter()
-            .filter(|r| r.allowed && !chain.is_plain() && chain.stages.iter().any(|s| names_stage(&r.pattern, s)))
-            .map(|r| format!(" (rule '{}' covers that program only when it is run directly, not through a launcher or find -exec)", r.pattern))
+            .filter(|c| !plain(c))
+            .flat_map(|c| self.rules.iter().filter(|r| r.allowed && c.chain.stages.iter().any(|s| names_stage(&r.pattern, s))))
+            .map(|r| {
+                format!(
+                    " (rule '{}' covers that program only when it is run directly, not through a launcher, find -exec, exec or with variables set)",
+                    r.pattern
+                )
+            })
             .next()
             .unwrap_or_default();
         if self.default.allowed == Some(false) {
             let allowed: Vec<&str> = self.rules.iter().filter(|r| r.allowed).map(|r| r.pattern.as_str()).collect();
             return refuse(format!(
-                "no shell rule matches this command and shell_default does not allow others; allowed commands start with: {}{launched}",
+                "no shell rule covers every program of this command and shell_default does not allow others; allowed commands start with: {}{launched}",
                 if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") }
             ));
         }
         let approval_required = self.default.approval_required.or(self.tool.approval_required).unwrap_or(true);
-        ShellDecision::Allowed { args, approval_required, rule: None }
+        ShellDecision::Allowed { args: run_args(&script, command), approval_required, rule: None }
     }
+
+    /// The first rule that decides about `cmd`: a deny rule naming any program it runs (or
+    /// possibly naming one, through an expansion, or with launchers that cannot be read), or an
+    /// allow rule matching it as a plain program.
+    fn rule_for<'a>(&'a self, cmd: &Command) -> Ruled<'a> {
+        for rule in &self.rules {
+            if !rule.allowed {
+                let via = || {
+                    if cmd.chain.stages.len() > 1 {
+                        format!(" (the command runs {})", cmd.chain.stages.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(" → "))
+                    } else {
+                        String::new()
+                    }
+                };
+                for stage in &cmd.chain.stages {
+                    match stage_match(&rule.pattern, stage) {
+                        Match::Yes => {
+                            return Ruled::Refused(format!("'{}' is not allowed for this worker (rule '{}' denies it){}", stage.name, rule.pattern, via()))
+                        }
+                        Match::Maybe => {
+                            return Ruled::Refused(format!(
+                                "which program '{}' runs cannot be told (a shell expansion stands where rule '{}' names its arguments); write them literally",
+                                cmd.text(),
+                                rule.pattern
+                            ))
+                        }
+                        Match::No => {}
+                    }
+                }
+                if let Some(why) = &cmd.chain.opaque {
+                    return Ruled::Refused(format!(
+                        "which program '{}' runs cannot be told ({why}), and rule '{}' denies some programs; run the program directly",
+                        cmd.text(),
+                        rule.pattern
+                    ));
+                }
+                continue;
+            }
+            let n = shlex::split(&rule.pattern).map(|w| w.len()).unwrap_or(0);
+            let literal = |w: &[String]| w.iter().all(|w| !w.starts_with(NONLITERAL));
+            // Words after the pattern may be expansions only when no path of theirs is checked.
+            let words_ok = literal(&cmd.words[..n.min(cmd.words.len())]) && (rule.sandbox_paths.is_empty() || literal(&cmd.words));
+            if plain(cmd) && words_ok && matches(&rule.pattern, &cmd.words) {
+                return Ruled::Allowed(rule);
+            }
+        }
+        Ruled::Unmatched
+    }
+
+    /// `Some` when allow rules cover every program (`clean`: nothing unjudged, no variables
+    /// set): whether a person must still approve, and the rules; or why a rule's
+    /// `sandbox_paths` refuse it.
+    fn preapproved(&self, script: &Script, covered: &[Option<&ShellRule>], clean: bool, sandbox: &Sandbox) -> Option<Result<(bool, String), String>> {
+        if !clean || !script.assigns.is_empty() || covered.is_empty() || covered.iter().any(Option::is_none) {
+            return None;
+        }
+        let rules: Vec<&ShellRule> = covered.iter().flatten().copied().collect();
+        // A rule says which files its program may use only through sandbox_paths: a write
+        // into a file is pre-approved only where those cover it (checked below).
+        let writes_covered = script.redirects.iter().filter(|r| r.write && !r.target.as_deref().is_some_and(harmless)).all(|r| match r.command {
+            Some(i) => !rules[i].sandbox_paths.is_empty(),
+            None => rules.iter().any(|rule| !rule.sandbox_paths.is_empty()),
+        });
+        if !writes_covered {
+            return None;
+        }
+        for (i, (cmd, rule)) in script.commands.iter().zip(&rules).enumerate() {
+            if rule.sandbox_paths.is_empty() {
+                continue;
+            }
+            let n = shlex::split(&rule.pattern).map(|w| w.len()).unwrap_or(0);
+            // Redirections of this command name files too.
+            let mut args = cmd.words[n..].to_vec();
+            let own = script.redirects.iter().filter(|r| r.command == Some(i));
+            args.extend(own.map(redirect_arg));
+            if let Err(e) = paths_in(&args, &rule.sandbox_paths, sandbox, &cmd.cwd)? {
+                return Some(Err(e));
+            }
+        }
+        // Redirections of groups and loops: every rule with sandbox_paths must allow them.
+        for r in script.redirects.iter().filter(|r| r.command.is_none()) {
+            for rule in rules.iter().filter(|r| !r.sandbox_paths.is_empty()) {
+                let arg = vec![redirect_arg(r)];
+                if let Err(e) = paths_in(&arg, &rule.sandbox_paths, sandbox, &r.cwd)? {
+                    return Some(Err(e));
+                }
+            }
+        }
+        let mut patterns: Vec<&str> = rules.iter().map(|r| r.pattern.as_str()).collect();
+        patterns.dedup();
+        Some(Ok((rules.iter().any(|r| r.approval_required), patterns.join(", "))))
+    }
+}
+
+/// A redirection's file as a word `shell_paths` reads as a path (never as an option).
+fn redirect_arg(r: &Redirect) -> String {
+    match &r.target {
+        Some(t) if t.starts_with('-') => format!("./{t}"),
+        Some(t) => t.clone(),
+        None => format!("{NONLITERAL}{}", r.text),
+    }
+}
+
+/// A command an allow rule may cover: one program, started directly by the shell, with no
+/// variables set for it.
+fn plain(cmd: &Command) -> bool {
+    cmd.chain.is_plain() && cmd.direct && !cmd.assigned
+}
+
+/// `args` checked against `allowed` from every directory the command may run in; `None` when
+/// that is not known (or a word is an expansion): no rule can cover it then.
+fn paths_in(args: &[String], allowed: &[String], sandbox: &Sandbox, cwd: &Cwd) -> Option<Result<(), String>> {
+    if cwd.unknown.is_some() || args.iter().any(|a| a.starts_with(NONLITERAL)) {
+        return None;
+    }
+    for dir in &cwd.dirs {
+        if let Err(e) = shell_paths::check(args, allowed, sandbox, dir) {
+            return Some(Err(e.to_string()));
+        }
+    }
+    Some(Ok(()))
+}
+
+/// How the command is run: its words when it is one plain program, else the text given to
+/// `/bin/sh -c` exactly as judged.
+fn run_args(script: &Script, command: &str) -> Vec<String> {
+    script.argv.clone().unwrap_or_else(|| vec!["/bin/sh".into(), "-c".into(), command.into()])
+}
+
+/// Why a redirection was not accepted.
+enum Unjudged {
+    /// It writes where the worker may not.
+    Refused(String),
+    /// Where it writes cannot be told.
+    Opaque(String),
+}
+
+/// Files every sandbox has that a redirection may write.
+fn harmless(path: &str) -> bool {
+    matches!(path, "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty")
+        || path.strip_prefix("/dev/fd/").is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// A redirection that writes a file: into a zone only where the worker may write, and never
+/// onto a protected path (a file the host runs, the project's control files). Paths outside
+/// the zones are the sandbox's own (`/tmp`, the image): its file system decides.
+fn judge_write(r: &Redirect, sandbox: &Sandbox) -> Result<(), Unjudged> {
+    let Some(target) = &r.target else {
+        return Err(Unjudged::Opaque(format!("the redirection '{}' writes to a file named by a shell expansion", r.text)));
+    };
+    if harmless(target) {
+        return Ok(());
+    }
+    let full: Vec<String> = if target.starts_with('/') {
+        vec![target.clone()]
+    } else if let Some(why) = &r.cwd.unknown {
+        return Err(Unjudged::Opaque(format!("the redirection '{}' names a relative path {why}", r.text)));
+    } else {
+        r.cwd.dirs.iter().map(|d| format!("{}/{target}", d.trim_end_matches('/'))).collect()
+    };
+    for path in full {
+        let followed = match sandbox.follow_command_path(&path) {
+            Ok(f) => f,
+            Err(crate::sandbox::FollowError::Outside | crate::sandbox::FollowError::Unchecked(_)) => continue,
+            Err(e) => return Err(Unjudged::Refused(format!("the redirection '{}' cannot be judged: {path}: {e}", r.text))),
+        };
+        let shown = sandbox.display(&followed.path);
+        let leads = if shown != path { format!(" (it leads to {shown})") } else { String::new() };
+        if let Err(e) = sandbox.resolve_for_write(&shown).and_then(|_| sandbox.check_hostrun(&shown)) {
+            return Err(Unjudged::Refused(format!("the redirection '{}' writes {path}{leads}, which this command may not write: {e}", r.text)));
+        }
+    }
+    Ok(())
 }

@@ -221,6 +221,7 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
             env: Some(env),
             working_dir: Some(plan.workdir.clone()),
             user: Some(format!("{}:{}", plan.user.uid, plan.user.gid)),
+            attach_stdin: Some(plan.stdin.is_some()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             ..Default::default()
@@ -230,7 +231,15 @@ pub fn exec_captured(plan: &LaunchPlan, args: &[String], timeout: std::time::Dur
         // Frames are read as they come and only the cap of each stream is kept: the rest is
         // read and dropped, so the command is never blocked and workcell never holds it.
         let mut streams = super::capture::Streams::default();
-        if let StartExecResults::Attached { mut output, .. } = started {
+        if let StartExecResults::Attached { mut output, mut input } = started {
+            if let Some(bytes) = plan.stdin.clone() {
+                // The given input, then end-of-input; written beside the reading below.
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    let _ = input.write_all(&bytes).await;
+                    let _ = input.shutdown().await;
+                });
+            }
             let collect = async {
                 while let Some(Ok(frame)) = output.next().await {
                     match frame {

@@ -134,12 +134,13 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         hostname: Some(crate::plan::WORKER_HOSTNAME.into()),
         labels: Some(labels(plan)),
         tty: Some(plan.tty),
-        attach_stdin: Some(plan.interactive),
+        attach_stdin: Some(plan.interactive || plan.stdin.is_some()),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        open_stdin: Some(plan.interactive),
-        // The container's stdin closes when workcell's does, as with `docker run -i`.
-        stdin_once: Some(plan.interactive),
+        open_stdin: Some(plan.interactive || plan.stdin.is_some()),
+        // The container's stdin closes when workcell's does (or when the given input has
+        // been written), as with `docker run -i`.
+        stdin_once: Some(plan.interactive || plan.stdin.is_some()),
         // Not `network_disabled`: with it Docker writes an empty `/etc/hosts`. `network_mode:
         // none` alone gives the worker loopback only, and a hosts file with `localhost`.
         network_disabled: Some(false),
@@ -201,6 +202,7 @@ mod tests {
             runtime: None,
             copies: Vec::new(),
             protected: Vec::new(),
+            stdin: None,
         }
     }
 

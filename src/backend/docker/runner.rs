@@ -136,7 +136,7 @@ async fn create_and_supervise(
     docker.create_container(Some(options), settings.create).await.map_err(|e| create_error(plan, e))?;
 
     // Attach before start so no output is lost.
-    let attach = AttachContainerOptions { stream: true, stdin: plan.interactive, stdout: true, stderr: true, ..Default::default() };
+    let attach = AttachContainerOptions { stream: true, stdin: plan.interactive || plan.stdin.is_some(), stdout: true, stderr: true, ..Default::default() };
     let attached =
         docker.attach_container(name, Some(attach)).await.map_err(|e| DockerError::Api { what: format!("attach to container {name}"), source: e })?;
     let mut output = attached.output;
@@ -191,25 +191,35 @@ async fn create_and_supervise(
     });
 
     let _raw = if plan.tty && plan.interactive { RawMode::enable() } else { None };
-    let in_task = plan.interactive.then(|| {
-        tokio::spawn(async move {
-            let mut stdin = tokio::io::stdin();
-            let mut buf = vec![0u8; 8192];
-            loop {
-                match stdin.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => {
-                        if input.write_all(&buf[..n]).await.is_err() {
-                            break;
+    let given = plan.stdin.clone();
+    let in_task = if let Some(bytes) = given {
+        // The shell tool's input: written, then closed (the command sees end-of-input).
+        Some(tokio::spawn(async move {
+            let _ = input.write_all(&bytes).await;
+            let _ = input.flush().await;
+            let _ = input.shutdown().await;
+        }))
+    } else {
+        plan.interactive.then(|| {
+            tokio::spawn(async move {
+                let mut stdin = tokio::io::stdin();
+                let mut buf = vec![0u8; 8192];
+                loop {
+                    match stdin.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if input.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                            let _ = input.flush().await;
                         }
-                        let _ = input.flush().await;
                     }
                 }
-            }
-            // Closing our half makes the container see end-of-input (stdin_once).
-            let _ = input.shutdown().await;
+                // Closing our half makes the container see end-of-input (stdin_once).
+                let _ = input.shutdown().await;
+            })
         })
-    });
+    };
 
     if let Err(e) = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await {
         out_task.abort();

@@ -30,7 +30,7 @@ pub enum Output {
     #[default]
     Inherit,
     /// Kept in bounded buffers for the caller (the shell tool, child workers): at most
-    /// [`OUTPUT_CAP`] bytes of each stream; standard input is empty.
+    /// [`OUTPUT_CAP`] bytes of each stream; standard input is the plan's `stdin`, else empty.
     Capture,
 }
 
@@ -209,7 +209,7 @@ impl<'a> Supervisor<'a> {
         let on_terminal = self.output == Output::Inherit && (plan.tty || (plan.interactive && std::io::IsTerminal::is_terminal(&std::io::stdin())));
         match self.output {
             Output::Capture => {
-                cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+                cmd.stdin(if plan.stdin.is_some() { Stdio::piped() } else { Stdio::null() }).stdout(Stdio::piped()).stderr(Stdio::piped());
             }
             Output::Inherit if !(plan.interactive || plan.tty) => {
                 cmd.stdin(Stdio::null());
@@ -233,6 +233,14 @@ impl<'a> Supervisor<'a> {
     pub fn supervise<S: Sandbox>(mut self, mut child: Child, plan: &LaunchPlan, sandbox: &mut S) -> Result<Finished, BackendError> {
         let pid = child.id() as i32;
         let process = Process { pid, pidfd: pidfd(pid), own_group: self.own_group };
+        if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), plan.stdin.clone()) {
+            // The given input, written beside the loop (a command that does not read it
+            // leaves the writer blocked until it ends: then the write fails and the pipe is
+            // closed with the thread).
+            std::thread::spawn(move || {
+                let _ = std::io::Write::write_all(&mut pipe, &bytes);
+            });
+        }
         let mut out = Stream::new(child.stdout.take().map(OwnedFd::from))?;
         let mut err = Stream::new(child.stderr.take().map(OwnedFd::from))?;
         let mut deadline = self.timeout.map(|t| Instant::now() + t);

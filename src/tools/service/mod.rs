@@ -20,6 +20,7 @@ mod available;
 mod encoding;
 mod expansion;
 mod requests;
+mod shell_args;
 
 pub use available::Facts;
 pub use expansion::Expansion;
@@ -234,7 +235,7 @@ impl ToolService {
             }
             "shell" => {
                 let a: ShellArgs = args(tool, v)?;
-                self.shell(&a.command, a.timeout.unwrap_or(DEFAULT_SHELL_TIMEOUT_SECS))
+                self.shell(&a)
             }
             "call_worker" => {
                 let a: CallWorkerArgs = args(tool, v)?;
@@ -363,10 +364,21 @@ impl ToolService {
         Ok(v)
     }
 
-    pub fn shell(&self, command: &str, timeout: u64) -> Result<Value, ToolError> {
+    /// Runs a command line the shell rules allow (after approval when they ask for it), with
+    /// the call's working directory, environment and standard input (`shell_args`).
+    pub fn shell(&self, a: &ShellArgs) -> Result<Value, ToolError> {
+        let command = a.command.as_str();
+        let timeout = a.timeout.unwrap_or(DEFAULT_SHELL_TIMEOUT_SECS);
         let sb = self.sandbox();
-        let workdir = self.runner.workdir(&sb);
-        let (args, approval_required, rule) = match self.shell.decide_in(command, &sb, &workdir) {
+        let default_dir = self.runner.workdir(&sb);
+        let bad = |e: shell_args::ArgsError| ToolError::Refused(format!("cannot run '{command}': {e}"));
+        let workdir = match &a.cwd {
+            Some(dir) => shell_args::cwd(dir, &default_dir, &sb).map_err(bad)?,
+            None => default_dir,
+        };
+        let extra_env = shell_args::env(&a.env).map_err(bad)?;
+        let stdin = shell_args::stdin(a.stdin.as_deref()).map_err(bad)?;
+        let (args, approval_required, rule) = match self.shell.decide_call(command, &sb, &workdir, !extra_env.is_empty()) {
             ShellDecision::Refused { reason } => return Err(ToolError::Refused(format!("cannot run '{command}': {reason}"))),
             ShellDecision::Allowed { args, approval_required, rule } => (args, approval_required, rule),
         };
@@ -374,7 +386,12 @@ impl ToolService {
             let scope = rule.clone().unwrap_or_else(|| command.to_string());
             self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
         }
-        let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env: git_guard::env(), workdir, stdin: Vec::new() };
+        // The guard's variables come last: a call cannot override them (shell_args refuses
+        // their names too). A command line run by `/bin/sh -c` gets only these: git's argv is
+        // hardened for a git started directly (`harden_argv`), not inside a shell string.
+        let mut env = extra_env;
+        env.extend(git_guard::env());
+        let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env, workdir, stdin };
         let timeout = timeout.clamp(1, 3600);
         let mut out = self.runner.run(&sb, &run, timeout).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
         out.stdout_truncated_bytes = cap(&mut out.stdout, out.stdout_truncated_bytes);

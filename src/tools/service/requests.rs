@@ -67,12 +67,14 @@ pub struct ShellArgs {
     pub command: String,
     /// Seconds before the command is killed (default 30).
     pub timeout: Option<u64>,
-    /// Sandbox directory the command starts in (default: the sandbox's working directory).
+    /// Sandbox directory the command starts in, absolute or relative to the default (default:
+    /// the sandbox's working directory); it must exist.
     pub cwd: Option<String>,
-    /// Environment variables added for this command only.
+    /// Environment variables added for this command only (names of letters, digits and '_';
+    /// not PATH, IFS, LD_*, GIT_*, WORKCELL_* or the shell's start-up variables).
     #[serde(default)]
     pub env: std::collections::BTreeMap<String, String>,
-    /// Text given to the command on its standard input (default: none, an empty input).
+    /// Text given to the command on its standard input, at most 1 MiB (default: an empty input).
     pub stdin: Option<String>,
 }
 
