@@ -77,6 +77,7 @@ async def main():
                 out = {"ids": [next((l.split("=", 1)[1] for l in e.splitlines() if l.startswith("WORKCELL_RUN_ID=")), "") for e in envs]}
                 out["touch"] = await sh("touch /tmp/kept")
                 out["ls"] = await sh("ls /tmp/kept")
+                out["stdin"] = await sh("touch /tmp/from-stdin", stdin="x\n")
                 print(json.dumps(out))
                 return
             out = {"ids": []}

@@ -252,6 +252,7 @@ impl Resident {
                 let mut plan = self.plan.clone();
                 plan.workdir = cmd.workdir.clone();
                 plan.env.extend(cmd.env.iter().cloned());
+                plan.stdin = (!cmd.stdin.is_empty()).then(|| cmd.stdin.as_slice().into());
                 backend::docker::exec_captured(&plan, &cmd.args, timeout)?
             }
         };
