@@ -15,6 +15,7 @@ pub mod fds;
 pub mod hostrun;
 pub mod identity;
 pub mod plan;
+pub mod pool;
 pub mod run;
 pub mod sandbox;
 pub mod term;

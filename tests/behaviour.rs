@@ -46,19 +46,33 @@ impl Scratch {
 }
 
 /// `workcell run --backend BACKEND` in `cwd`; `docker+runsc` is the docker backend under
-/// the runtime `runsc` (gVisor).
+/// the runtime `runsc` (gVisor), `docker+pool` the docker backend starting warm from a pooled
+/// sandbox that [`prefill`] made for the run.
 fn workcell(backend: &str, cwd: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"));
     cmd.current_dir(cwd).arg("run");
     match backend.split_once('+') {
+        Some((backend, "pool")) => cmd.arg("--backend").arg(backend),
         Some((backend, runtime)) => cmd.arg("--backend").arg(backend).arg("--runtime").arg(runtime),
         None => cmd.arg("--backend").arg(backend),
     };
     cmd
 }
 
+/// For `docker+pool`: `workcell pool fill` with the run's own arguments, so that the run
+/// that follows starts warm ([`pooled::assert_taken`] checks that it did).
+fn prefill(backend: &str, cwd: &Path, args: &[&str]) {
+    if backend == "docker+pool" {
+        pooled::fill_with(cwd, args, &[]);
+    }
+}
+
 fn run(backend: &str, cwd: &Path, args: &[&str]) -> Output {
+    prefill(backend, cwd, args);
     let out = workcell(backend, cwd).args(args).output().expect("start workcell");
+    if backend == "docker+pool" {
+        pooled::assert_taken(cwd);
+    }
     eprintln!(
         "workcell {args:?} -> {:?}\nstdout: {}\nstderr: {}",
         out.status.code(),
@@ -161,7 +175,12 @@ mod body {
         let s = Scratch::new();
         s.mkdir("in");
         let name = format!("WORKCELL_TEST_SECRET_{}", unique());
-        let out = workcell(backend, &s.root).env(&name, "leaked-value").args(["--zone", "in=./in:ro", "--", "env"]).output().expect("run");
+        let args = ["--zone", "in=./in:ro", "--", "env"];
+        if backend == "docker+pool" {
+            // The sandbox is made by a `pool fill` that has the variable too.
+            pooled::fill_with(&s.root, &args, &[(name.as_str(), "leaked-value")]);
+        }
+        let out = workcell(backend, &s.root).env(&name, "leaked-value").args(args).output().expect("run");
         assert_eq!(out.status.code(), Some(0));
         let text = stdout(&out);
         assert!(!text.contains(&name) && !text.contains("leaked-value"), "host variable reached the worker:\n{text}");
@@ -207,11 +226,9 @@ mod body {
         let s = Scratch::new();
         s.mkdir("in");
         let marker = format!("0.{}", unique());
-        let mut child = workcell(backend, &s.root)
-            .args(["--zone", "in=./in:ro", "--", "sleep", "60", &marker])
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("start workcell");
+        let args = ["--zone", "in=./in:ro", "--", "sleep", "60", &marker];
+        prefill(backend, &s.root, &args);
+        let mut child = workcell(backend, &s.root).args(args).stdout(std::process::Stdio::null()).spawn().expect("start workcell");
         // The worker's own `sleep` (workcell and bwrap carry the marker in their argv too).
         let sleeping =
             || processes_with_arg(&marker).into_iter().any(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "sleep"));
@@ -501,5 +518,8 @@ backend_suite!(
 );
 
 // The same bodies under gVisor (`--runtime runsc` on docker), with what differs there.
+#[path = "behaviour/pooled.rs"]
+mod pooled;
+
 #[path = "behaviour/runsc.rs"]
 mod runsc;

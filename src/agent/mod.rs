@@ -47,7 +47,53 @@ pub struct Request {
     /// Given on the command's standard input, then closed (base64).
     #[serde(with = "b64")]
     pub stdin: Vec<u8>,
+    /// The command's time; [`NO_TIMEOUT`] for none.
     pub timeout_ms: u64,
+    /// Names taken out of the agent's own environment first: a pooled sandbox's agent
+    /// carries the environment of the plan it was started for, the command gets its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_remove: Vec<String>,
+    /// The command's standard output and error are the two descriptors sent right after this
+    /// frame ([`send_stdio`]), its input `/dev/null`, and nothing is captured: a warm
+    /// `workcell run` ([`crate::pool`]). The agent serves no other request after it, and a
+    /// closed connection kills the command (workcell was killed).
+    #[serde(default)]
+    pub stdio: bool,
+}
+
+/// [`Request::timeout_ms`] of a command without a timeout.
+pub const NO_TIMEOUT: u64 = u64::MAX;
+
+/// Sends `out` and `err` over `stream` (one byte carrying them), after a [`Request`] with
+/// `stdio` set.
+pub fn send_stdio(stream: &std::os::unix::net::UnixStream, out: std::os::fd::BorrowedFd<'_>, err: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let fds = [out, err];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut ancillary = SendAncillaryBuffer::new(&mut space);
+    ancillary.push(SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(stream, &[std::io::IoSlice::new(b"F")], &mut ancillary, SendFlags::NOSIGNAL)?;
+    Ok(())
+}
+
+/// Receives the two descriptors of [`send_stdio`].
+pub fn recv_stdio(stream: &std::os::unix::net::UnixStream) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut ancillary = RecvAncillaryBuffer::new(&mut space);
+    let mut byte = [0u8; 1];
+    rustix::net::recvmsg(stream, &mut [std::io::IoSliceMut::new(&mut byte)], &mut ancillary, RecvFlags::CMSG_CLOEXEC)?;
+    let mut fds = Vec::new();
+    for message in ancillary.drain() {
+        if let RecvAncillaryMessage::ScmRights(received) = message {
+            fds.extend(received);
+        }
+    }
+    let mut fds = fds.into_iter();
+    match (fds.next(), fds.next(), fds.next()) {
+        (Some(out), Some(err), None) => Ok((out, err)),
+        _ => Err(std::io::Error::other("expected the command's two output descriptors")),
+    }
 }
 
 /// How a command ended.
@@ -135,7 +181,15 @@ mod tests {
 
     #[test]
     fn frames_round_trip_and_refuse_oversize() {
-        let req = Request { argv: vec!["true".into()], env: vec![("A".into(), "1".into())], cwd: "/tmp".into(), stdin: b"\x00\xff".to_vec(), timeout_ms: 5 };
+        let req = Request {
+            argv: vec!["true".into()],
+            env: vec![("A".into(), "1".into())],
+            cwd: "/tmp".into(),
+            stdin: b"\x00\xff".to_vec(),
+            timeout_ms: 5,
+            env_remove: vec![],
+            stdio: false,
+        };
         let mut buf = Vec::new();
         write_frame(&mut buf, &req).unwrap();
         assert_eq!(read_frame::<Request>(&mut buf.as_slice()).unwrap(), req);

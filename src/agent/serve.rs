@@ -22,14 +22,23 @@ use crate::backend::capture::{Bounded, OUTPUT_CAP};
 /// loses: a killed process forks no more).
 const KILL_FOR: Duration = Duration::from_secs(5);
 
-/// `workcell __agent SOCKET`: serves until workcell closes the connection. Exit status 0
-/// then; 125 when it could not connect or the connection broke.
-pub fn main(socket: &Path) -> i32 {
+/// `workcell __agent [--wake FIFO] SOCKET`: serves until workcell closes the connection.
+/// Exit status 0 then; 125 when it could not connect or the connection broke. With `wake`
+/// (a pooled sandbox, [`crate::pool`]) it first waits, for as long as it takes, until
+/// workcell opens that FIFO: only then is there a socket to connect to.
+pub fn main(socket: &Path, wake: Option<&Path>) -> i32 {
     // Not dumpable: the worker's commands run as the same uid, and could otherwise open the
     // agent's connection through /proc/PID/fd or trace it.
     if let Err(e) = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable) {
         eprintln!("workcell agent: cannot make itself undumpable: {e}");
         return 125;
+    }
+    if let Some(fifo) = wake {
+        // Blocks until a writer opens it; the descriptor is not needed after that.
+        if let Err(e) = std::fs::File::open(fifo) {
+            eprintln!("workcell agent: cannot wait on {}: {e}", fifo.display());
+            return 125;
+        }
     }
     let mut stream = match UnixStream::connect(socket) {
         Ok(s) => s,
@@ -52,6 +61,9 @@ pub fn main(socket: &Path) -> i32 {
                 return 125;
             }
         };
+        if request.stdio {
+            return run_stdio(request, &stream, &keep);
+        }
         let response = run(request, &keep);
         if write_frame(&mut stream, &response).is_err() {
             return 0;
@@ -111,25 +123,125 @@ fn drain(stream: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<
     })
 }
 
-fn run(request: Request, keep: &HashSet<u32>) -> Response {
+/// The command of `request`, in a process group of its own; `Err` holds the answer when it
+/// cannot be started.
+fn command(request: &Request) -> Result<Command, Response> {
     let Some((program, args)) = request.argv.split_first() else {
-        return spawn_failed("", &std::io::ErrorKind::NotFound.into());
+        return Err(spawn_failed("", &std::io::ErrorKind::NotFound.into()));
     };
     if !Path::new(&request.cwd).is_dir() {
         let text = format!("workcell: the working directory {} does not exist in the sandbox\n", crate::term::escape(&request.cwd));
-        return Response { exit_code: crate::backend::EXIT_NOT_EXECUTABLE, stderr: text.into_bytes(), ..Response::default() };
+        return Err(Response { exit_code: crate::backend::EXIT_NOT_EXECUTABLE, stderr: text.into_bytes(), ..Response::default() });
     }
     let mut cmd = Command::new(program);
-    cmd.args(args)
-        .envs(request.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&request.cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    for name in &request.env_remove {
+        cmd.env_remove(name);
+    }
+    cmd.args(args).envs(request.env.iter().map(|(k, v)| (k, v))).current_dir(&request.cwd).process_group(0);
+    Ok(cmd)
+}
+
+/// What ended the wait for a command.
+enum Event {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    /// workcell's end of the connection closed (a warm run's workcell was killed).
+    Hangup,
+}
+
+/// Waits for `child` within `timeout_ms`; kills its group when the time is up (or at a
+/// hangup, when `hangup` is given). Returns its status and whether the timeout ended it.
+fn wait(mut child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStream>) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    let exited = tx.clone();
+    std::thread::spawn(move || {
+        let _ = exited.send(Event::Exited(child.wait()));
+    });
+    if let Some(mut s) = hangup {
+        std::thread::spawn(move || {
+            // Nothing more is sent on a warm run's connection: any read that returns means
+            // workcell is gone (or broke the protocol), and the command goes.
+            let _ = s.read(&mut [0u8; 1]);
+            let _ = tx.send(Event::Hangup);
+        });
+    }
+    let first = match timeout_ms {
+        super::NO_TIMEOUT => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        ms => rx.recv_timeout(Duration::from_millis(ms.max(1))),
+    };
+    let kill = || {
+        if let Some(p) = Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process_group(p, Signal::KILL);
+        }
+    };
+    let exited = |rx: &mpsc::Receiver<Event>| loop {
+        match rx.recv() {
+            Ok(Event::Exited(s)) => break s,
+            Ok(Event::Hangup) => continue,
+            Err(_) => break Err(std::io::ErrorKind::Other.into()),
+        }
+    };
+    match first {
+        Ok(Event::Exited(s)) => (s, false),
+        Ok(Event::Hangup) => {
+            kill();
+            (exited(&rx), false)
+        }
+        Err(_) => {
+            kill();
+            (exited(&rx), true)
+        }
+    }
+}
+
+fn exit_code(status: std::io::Result<std::process::ExitStatus>, timed_out: bool) -> i32 {
+    match status {
+        _ if timed_out => crate::backend::EXIT_TIMEOUT,
+        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
+        Err(_) => crate::backend::EXIT_INTERNAL,
+    }
+}
+
+/// A warm run's one command: its output straight to workcell's pipes, its end answered,
+/// then the agent exits and its sandbox with it.
+fn run_stdio(request: Request, stream: &UnixStream, keep: &HashSet<u32>) -> i32 {
+    let (out, err) = match super::recv_stdio(stream) {
+        Ok(fds) => fds,
+        Err(e) => {
+            eprintln!("workcell agent: {e}");
+            return 125;
+        }
+    };
+    let response = match command(&request) {
+        Err(r) => r,
+        Ok(mut cmd) => match cmd.stdin(Stdio::null()).stdout(Stdio::from(out)).stderr(Stdio::from(err)).spawn() {
+            Err(e) => spawn_failed(&request.argv[0], &e),
+            Ok(child) => {
+                // Our copies of the pipes went into the spawn and are closed with `cmd`.
+                drop(cmd);
+                let (status, timed_out) = wait(child, request.timeout_ms, stream.try_clone().ok());
+                let leftovers_killed = kill_leftovers(keep);
+                Response { exit_code: exit_code(status, timed_out), timed_out, leftovers_killed, ..Response::default() }
+            }
+        },
+    };
+    if write_frame(&mut &*stream, &response).is_ok() {
+        // The sandbox stays until workcell has looked at it (an OOM kill is told by the
+        // daemon only while the container exists) and closes the connection.
+        let _ = (&*stream).read(&mut [0u8; 1]);
+    }
+    0
+}
+
+fn run(request: Request, keep: &HashSet<u32>) -> Response {
+    let mut cmd = match command(&request) {
+        Ok(c) => c,
+        Err(r) => return r,
+    };
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return spawn_failed(program, &e),
+        Err(e) => return spawn_failed(&request.argv[0], &e),
     };
     let stdin = child.stdin.take();
     let input = request.stdin;
@@ -140,29 +252,12 @@ fn run(request: Request, keep: &HashSet<u32>) -> Response {
         }
     });
     let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let (status, timed_out) = match rx.recv_timeout(Duration::from_millis(request.timeout_ms.max(1))) {
-        Ok(s) => (s, false),
-        Err(_) => {
-            if let Some(p) = Pid::from_raw(pid as i32) {
-                let _ = rustix::process::kill_process_group(p, Signal::KILL);
-            }
-            (rx.recv().unwrap_or_else(|_| Err(std::io::ErrorKind::Other.into())), true)
-        }
-    };
+    let (status, timed_out) = wait(child, request.timeout_ms, None);
     // Whatever it started, in its group or not, goes with it: only then do the pipes end.
     let leftovers_killed = kill_leftovers(keep);
     let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
     let _ = writer.join();
-    let exit_code = match status {
-        _ if timed_out => crate::backend::EXIT_TIMEOUT,
-        Ok(s) => s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)),
-        Err(_) => crate::backend::EXIT_INTERNAL,
-    };
+    let exit_code = exit_code(status, timed_out);
     Response { exit_code, timed_out, stdout: out.kept, stderr: err.kept, stdout_cut: out.cut, stderr_cut: err.cut, leftovers_killed }
 }
 

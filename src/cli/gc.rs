@@ -31,8 +31,11 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         ("delivery directory", copies.removed),
     ];
     // Without Docker (a bwrap-only machine) the host is still cleaned.
+    // Pooled sandboxes no run can use any more (see `pool::gc`).
+    let pooled = crate::pool::gc();
     let mut report = gc(args.all).unwrap_or_else(|e| GcReport { docker_unavailable: Some(e.to_string()), ..GcReport::default() });
     report.host = host.iter().flat_map(|(what, dirs)| dirs.iter().map(move |d| format!("{what} {}", d.display()))).collect();
+    report.host.extend(pooled);
     report.errors.extend(copies.errors.into_iter().map(|e| format!("delivery directory {e}")));
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());

@@ -7,6 +7,7 @@ mod gc;
 mod init;
 mod mcp;
 mod plan;
+mod pool;
 mod run;
 mod user;
 
@@ -85,6 +86,9 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Remove containers and images that interrupted runs left behind.
     Gc(gc::GcArgs),
+    /// Start docker sandboxes ahead of time, so that runs start warm.
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
     /// Internal: the watchdog of one docker run (see `backend::docker::reaper`).
     #[command(name = "__reap", hide = true)]
     Reap {
@@ -96,6 +100,9 @@ pub enum Command {
     Agent {
         /// The socket workcell listens on, inside the sandbox.
         socket: std::path::PathBuf,
+        /// A FIFO to wait on before connecting (a pooled sandbox, see `pool`).
+        #[arg(long, value_name = "FIFO")]
+        wake: Option<std::path::PathBuf>,
     },
 }
 
@@ -160,8 +167,8 @@ pub fn load_project(config: Option<&std::path::Path>) -> Result<Project, CliErro
 pub fn main() -> i32 {
     let cli = Cli::parse();
     // The agent runs inside the sandbox: no logging set-up, no watchdog, nothing else.
-    if let Command::Agent { socket } = &cli.command {
-        return crate::agent::serve::main(socket);
+    if let Command::Agent { socket, wake } = &cli.command {
+        return crate::agent::serve::main(socket, wake.as_deref());
     }
     init_logging(cli.log_format);
     // Runs started from this binary can leave a watchdog behind (it runs this binary again).
@@ -175,8 +182,9 @@ pub fn main() -> i32 {
         Command::Audit(a) => audit::run(&cli, a),
         Command::Doctor(a) => doctor::run(&cli, a),
         Command::Gc(a) => gc::run(a),
+        Command::Pool(a) => pool::run(&cli, a),
         Command::Reap { container } => Ok(crate::backend::docker::reaper::watch(container)),
-        Command::Agent { socket } => Ok(crate::agent::serve::main(socket)),
+        Command::Agent { socket, wake } => Ok(crate::agent::serve::main(socket, wake.as_deref())),
         Command::Schema => {
             println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)

@@ -152,6 +152,33 @@ fn project_for(cli: &Cli, args: &RunArgs, cwd: &Path) -> Result<Project, CliErro
 }
 
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
+    let session = prepare(cli, args, None)?;
+    let choice = session.choice;
+    let session = session.session;
+    let selected = session.backend();
+    if choice == BackendChoice::Auto && selected != Selected::Docker {
+        eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());
+    }
+    if selected == Selected::None && choice != BackendChoice::None {
+        eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
+    }
+    let service = session.service().clone();
+    let result = session.run(Output::Inherit).map(|f| f.exit_code);
+    if let Some(summary) = service.expansion_summary() {
+        eprintln!("{summary}");
+    }
+    result.map_err(run_error)
+}
+
+/// A prepared run and the backend choice it was made with.
+pub(super) struct Prepared {
+    pub session: Session,
+    pub choice: BackendChoice,
+}
+
+/// Prepares the run `args` ask for; with `pool`, the sandbox of a pool entry in that
+/// directory instead (`workcell pool fill`), for the runs these arguments would make.
+pub(super) fn prepare(cli: &Cli, args: &RunArgs, pool: Option<&Path>) -> Result<Prepared, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
     let mut project = project_for(cli, args, &cwd)?;
     super::user::apply(&mut project, args.user)?;
@@ -190,7 +217,8 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let limits = Limits { timeout: args.timeout, memory_bytes: args.memory, cpus: args.cpus, pids: args.pids };
     let overrides = Overrides {
         image: args.image.clone(),
-        command: (!args.command.is_empty()).then(|| args.command.clone()),
+        // A pool entry's command is its agent (`pool::attach`); the plan only needs one.
+        command: (!args.command.is_empty()).then(|| args.command.clone()).or_else(|| pool.map(|_| vec!["true".into()])),
         network: args.network.then_some(true),
         limits,
         env: args.env.clone(),
@@ -215,27 +243,18 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
             .preapproving(args.approvals.preapproved())
             .reviewing(crate::run::Review { review: args.review, json: args.json }),
         chain: worker.iter().map(|w| w.name.clone()).collect(),
-        services: if args.no_broker { Services::None } else { Services::Broker { instructions: worker.map(|w| w.instructions.as_str()) } },
+        services: match pool {
+            Some(entry) => Services::Pool { entry: entry.to_path_buf(), broker: !args.no_broker },
+            None if args.no_broker => Services::None,
+            None => Services::Broker { instructions: worker.map(|w| w.instructions.as_str()) },
+        },
     };
-    let session = Session::prepare(spec).map_err(run_error)?;
-    let selected = session.backend();
-    if choice == BackendChoice::Auto && selected != Selected::Docker {
-        eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());
-    }
-    if selected == Selected::None && choice != BackendChoice::None {
-        eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
-    }
-    let service = session.service().clone();
-    let result = session.run(Output::Inherit).map(|f| f.exit_code);
-    if let Some(summary) = service.expansion_summary() {
-        eprintln!("{summary}");
-    }
-    result.map_err(run_error)
+    Ok(Prepared { session: Session::prepare(spec).map_err(run_error)?, choice })
 }
 
 /// A run's failure as the CLI reports it: a refused plan is a usage error (2), anything
 /// else workcell's own failure (125).
-fn run_error(e: RunError) -> CliError {
+pub(super) fn run_error(e: RunError) -> CliError {
     match e {
         RunError::Plan(_) | RunError::CopyRefused(_) => CliError::Usage(e.to_string()),
         other => CliError::Failed(other.to_string()),

@@ -94,6 +94,10 @@ pub enum Services<'a> {
     /// A session sandbox whose commands come through the Engine API's exec: no socket, and
     /// the run's timeout caps each command, not the session.
     Resident,
+    /// A pooled sandbox being filled (`workcell pool fill`, [`crate::pool`]): its agent
+    /// waits in `entry` for the run that claims it, without a timeout; `broker` when the
+    /// runs it serves have the tool broker (its socket is bound at the claim).
+    Pool { entry: std::path::PathBuf, broker: bool },
 }
 
 /// What a run is made of, before anything is created.
@@ -175,10 +179,17 @@ impl Session {
         let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
         let mut call_cap = None;
+        let pooled = matches!(spec.services, Services::Pool { .. });
         let (broker, reserved) = match spec.services {
             Services::None => (None, None),
             Services::Resident => {
                 call_cap = plan.limits.timeout.take();
+                (None, None)
+            }
+            Services::Pool { entry, broker } => {
+                plan.limits.timeout = None;
+                crate::pool::attach(&mut plan, &entry, broker)
+                    .map_err(|e| RunError::Backend(BackendError::Io { what: "cannot bind the pool entry into its sandbox".into(), source: e }))?;
                 (None, None)
             }
             Services::Agent { dir } => {
@@ -231,7 +242,11 @@ impl Session {
         // flags at the top): a nested run never publishes with less review than its parent.
         let (mode, review) = (spec.parent.mode, spec.parent.review);
         let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review, mode, call_cap };
-        session.record_start(&spec.chain)?;
+        // A pooled sandbox runs nothing of the worker's until a run claims it (and records
+        // its own start).
+        if !pooled {
+            session.record_start(&spec.chain)?;
+        }
         created.keep();
         Ok(session)
     }
@@ -290,7 +305,12 @@ impl Session {
             broker: self.broker.as_ref().map(|b| b as &dyn backend::OnDemand),
             egress: self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy),
         };
-        let mut result = backend::run(self.selected, &self.plan, output, attached);
+        // A pooled sandbox started for exactly this plan, when there is one: claimed for
+        // this run alone, and gone at its end like a cold run's container.
+        let mut result = match crate::pool::claim(&self.plan, self.selected, output) {
+            Some(entry) => entry.run(&self.plan, self.broker.as_ref()),
+            None => backend::run(self.selected, &self.plan, output, attached),
+        };
         // Stopped first, so that the lines of connections still open come before run_end.
         let refused = self.egress.take().map(Proxy::finish).unwrap_or_default();
         refusals::tell(&refused, output, self.review.json, &mut result);

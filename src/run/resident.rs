@@ -165,7 +165,7 @@ impl Resident {
             parent: runner.clone(),
             chain: Vec::new(),
             services: match &listener {
-                Some(l) => Services::Agent { dir: l.dir.path().to_path_buf() },
+                Some(l) => Services::Agent { dir: l.path.parent().map(std::path::Path::to_path_buf).unwrap_or_default() },
                 None => Services::Resident,
             },
         };
@@ -180,7 +180,12 @@ impl Resident {
         let mut resident = Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default() };
         match listener {
             Some(l) => {
-                let stream = l.accept(&mut resident)?;
+                let stream = l.accept(&mut || (!resident.alive()).then(|| resident.ended()))?;
+                let anchor = match resident.selected {
+                    Selected::Docker => backend::docker::main_pid(&resident.plan),
+                    _ => Some(std::process::id()),
+                };
+                verify_agent(&stream, resident.plan.user.uid, anchor)?;
                 resident.way = Way::Agent(Mutex::new(stream));
             }
             None => match resident.wait_running() {
@@ -224,6 +229,8 @@ impl Resident {
                     cwd: cmd.workdir.clone(),
                     stdin: cmd.stdin.clone(),
                     timeout_ms: timeout.as_millis() as u64,
+                    env_remove: Vec::new(),
+                    stdio: false,
                 };
                 let mut stream = stream.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let answer = stream
@@ -370,9 +377,11 @@ fn probe_plan() -> LaunchPlan {
     }
 }
 
-/// The private directory and listening socket the agent connects to, once.
-struct AgentSocket {
-    dir: tempfile::TempDir,
+/// The listening socket the agent connects to, once: in a private directory of its own
+/// (a session sandbox) or in a pooled sandbox's agent directory ([`crate::pool`]).
+pub(crate) struct AgentSocket {
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
     listener: UnixListener,
 }
 
@@ -380,24 +389,26 @@ impl AgentSocket {
     /// The directory (0700, or 0750 shared with `user`'s group when workcell is root) and
     /// its socket.
     fn new(user: crate::plan::UserSpec) -> Result<AgentSocket, ResidentError> {
-        use std::os::unix::fs::PermissionsExt;
         let dir = crate::tools::broker::private_dir().map_err(|e| ResidentError::Socket(std::io::Error::other(e.to_string())))?;
-        let path = dir.path().join(agent::SOCKET_NAME);
+        share(dir.path(), user, 0o750)?;
+        let mut socket = AgentSocket::bind_in(dir.path(), user)?;
+        socket.dir = Some(dir);
+        Ok(socket)
+    }
+
+    /// A socket in `dir`, a directory only workcell (and, when workcell is root, the
+    /// worker's group) may enter.
+    pub(crate) fn bind_in(dir: &std::path::Path, user: crate::plan::UserSpec) -> Result<AgentSocket, ResidentError> {
+        let path = dir.join(agent::SOCKET_NAME);
         let listener = UnixListener::bind(&path).map_err(ResidentError::Socket)?;
         listener.set_nonblocking(true).map_err(ResidentError::Socket)?;
-        if rustix::process::geteuid().as_raw() == 0 {
-            let gid = rustix::process::Gid::from_raw(user.gid);
-            for (p, mode) in [(dir.path(), 0o750), (path.as_path(), 0o660)] {
-                rustix::fs::chown(p, None, Some(gid)).map_err(|e| ResidentError::Socket(e.into()))?;
-                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(ResidentError::Socket)?;
-            }
-        }
-        Ok(AgentSocket { dir, listener })
+        share(&path, user, 0o660)?;
+        Ok(AgentSocket { dir: None, path, listener })
     }
 
     /// Accepts the agent's connection (the first and only one: the listener and its file go
-    /// right after), checks who it is and reads its hello.
-    fn accept(self, resident: &mut Resident) -> Result<UnixStream, ResidentError> {
+    /// right after) within [`START_TIMEOUT`]; `gone` says why to stop waiting early.
+    pub(crate) fn accept(self, gone: &mut dyn FnMut() -> Option<ResidentError>) -> Result<UnixStream, ResidentError> {
         let until = Instant::now() + START_TIMEOUT;
         let stream = loop {
             match self.listener.accept() {
@@ -405,8 +416,8 @@ impl AgentSocket {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(ResidentError::Socket(e)),
             }
-            if !resident.alive() {
-                return Err(resident.ended());
+            if let Some(why) = gone() {
+                return Err(why);
             }
             if Instant::now() > until {
                 return Err(ResidentError::StartTimeout);
@@ -415,23 +426,36 @@ impl AgentSocket {
             let _ = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 20_000_000 }));
         };
         drop(self.listener);
+        let _ = std::fs::remove_file(&self.path);
         drop(self.dir);
         stream.set_nonblocking(false).map_err(ResidentError::Socket)?;
-        // The socket's directory is open to the worker's group, which a host process of
-        // that user shares: the peer must be the worker's uid *and* inside the sandbox (a
-        // descendant of the bwrap workcell started, or of the container's first process).
-        let creds = rustix::net::sockopt::socket_peercred(&stream).map_err(|e| ResidentError::Socket(e.into()))?;
-        let (uid, pid) = (creds.uid.as_raw(), creds.pid.as_raw_nonzero().get() as u32);
-        let anchor = match resident.selected {
-            Selected::Docker => backend::docker::main_pid(&resident.plan),
-            _ => Some(std::process::id()),
-        };
-        if uid != resident.plan.user.uid || !anchor.is_some_and(|a| descends_from(pid, a)) {
-            return Err(ResidentError::Impostor { uid, pid });
-        }
-        let mut reader = &stream;
-        stream.set_read_timeout(Some(START_TIMEOUT)).map_err(ResidentError::Socket)?;
-        let _hello: Hello = agent::read_frame(&mut reader).map_err(ResidentError::Agent)?;
         Ok(stream)
     }
+}
+
+/// Gives `path` to `user`'s group with `mode` when workcell is root (its workers run as
+/// another uid); nothing otherwise.
+fn share(path: &std::path::Path, user: crate::plan::UserSpec, mode: u32) -> Result<(), ResidentError> {
+    use std::os::unix::fs::PermissionsExt;
+    if rustix::process::geteuid().as_raw() == 0 {
+        rustix::fs::chown(path, None, Some(rustix::process::Gid::from_raw(user.gid))).map_err(|e| ResidentError::Socket(e.into()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(ResidentError::Socket)?;
+    }
+    Ok(())
+}
+
+/// Checks who connected and reads its hello. The socket's directory is open to the worker's
+/// group, which a host process of that user shares: the peer must be the worker's `uid`
+/// *and* inside the sandbox (a descendant of `anchor`: the bwrap workcell started, or the
+/// container's first process).
+pub(crate) fn verify_agent(stream: &UnixStream, uid: u32, anchor: Option<u32>) -> Result<Hello, ResidentError> {
+    let creds = rustix::net::sockopt::socket_peercred(stream).map_err(|e| ResidentError::Socket(e.into()))?;
+    let (peer_uid, pid) = (creds.uid.as_raw(), creds.pid.as_raw_nonzero().get() as u32);
+    if peer_uid != uid || !anchor.is_some_and(|a| descends_from(pid, a)) {
+        return Err(ResidentError::Impostor { uid: peer_uid, pid });
+    }
+    stream.set_read_timeout(Some(START_TIMEOUT)).map_err(ResidentError::Socket)?;
+    let hello = agent::read_frame(&mut &*stream).map_err(ResidentError::Agent)?;
+    stream.set_read_timeout(None).map_err(ResidentError::Socket)?;
+    Ok(hello)
 }

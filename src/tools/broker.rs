@@ -204,12 +204,42 @@ impl Broker {
 
     /// Starts the server if it is not running yet.
     pub fn serve(&self) -> Result<(), BrokerError> {
+        // The server gets its own descriptor; ours stays valid for `wake_fd`.
+        self.serve_on(self.listener.try_clone().map_err(BrokerError::Share)?)
+    }
+
+    /// Serves on a socket of its own in `dir` instead (a pooled sandbox's broker directory,
+    /// bound into it when it was filled, [`crate::pool`]), with copies of the files staged
+    /// so far; shared with `user` as [`Broker::share_with`] shares its own.
+    pub fn serve_in(&self, dir: &Path, user: crate::plan::UserSpec) -> Result<(), BrokerError> {
+        let target =
+            cap_std::fs::Dir::open_ambient_dir(dir, cap_std::ambient_authority()).map_err(|source| BrokerError::OpenDir { path: dir.to_path_buf(), source })?;
+        let own = self.open_dir()?;
+        for entry in own.entries().map_err(|source| BrokerError::OpenDir { path: self.dir.path().to_path_buf(), source })?.flatten() {
+            let name = entry.file_name();
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let stage = |source| BrokerError::Stage { name: name.to_string_lossy().into_owned(), source };
+            let mut from = own.open(&name).map_err(stage)?;
+            let mut to = target.open_with(&name, cap_std::fs::OpenOptions::new().write(true).create_new(true)).map_err(stage)?;
+            std::io::copy(&mut from, &mut to).map_err(stage)?;
+        }
+        let socket = dir.join(SOCKET_NAME);
+        let listener = std::os::unix::net::UnixListener::bind(&socket).map_err(|source| BrokerError::Bind { path: socket.clone(), source })?;
+        listener.set_nonblocking(true).map_err(|source| BrokerError::Bind { path: socket.clone(), source })?;
+        if rustix::process::geteuid().as_raw() == 0 && user.uid != 0 {
+            rustix::fs::chown(&socket, None, Some(rustix::process::Gid::from_raw(user.gid))).map_err(|e| BrokerError::Grant(e.into()))?;
+            std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o660)).map_err(BrokerError::Grant)?;
+        }
+        self.serve_on(listener)
+    }
+
+    fn serve_on(&self, std_listener: std::os::unix::net::UnixListener) -> Result<(), BrokerError> {
         let mut running = self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if running.is_some() {
             return Ok(());
         }
-        // The server gets its own descriptor; ours stays valid for `wake_fd`.
-        let std_listener = self.listener.try_clone().map_err(BrokerError::Share)?;
         let state = self.state.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()

@@ -20,7 +20,8 @@ use workcell::backend::cgroup::{Controller, Support};
 pub fn backend_ready(backend: &str) -> bool {
     let (result, gate) = match backend {
         "bwrap" => (workcell::backend::bwrap::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_BWRAP"),
-        "docker" => (workcell::backend::docker::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_DOCKER"),
+        // "docker+pool": the docker backend starting warm from `workcell pool fill`.
+        "docker" | "docker+pool" => (workcell::backend::docker::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_DOCKER"),
         // The docker backend under gVisor: the daemon must list the runtime (`.ci/setup-runsc`).
         "docker+runsc" => (
             workcell::backend::docker::probe()

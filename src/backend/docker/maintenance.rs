@@ -165,6 +165,10 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
         let name = c.names.as_ref().and_then(|n| n.first()).map(|n| n.trim_start_matches('/').to_string()).or(c.id.clone()).unwrap_or_default();
         let state = c.state.as_ref().map(|s| s.to_string()).unwrap_or_default();
         let labels = c.labels.clone().unwrap_or_default();
+        // Pooled containers wait for their run with no owner: `pool::gc` judges them.
+        if labels.contains_key(crate::pool::LABEL_POOL) {
+            continue;
+        }
         let remove = match owner_alive(&labels) {
             Some(true) => false,
             Some(false) => true,

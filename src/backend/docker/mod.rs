@@ -14,6 +14,7 @@ pub mod image;
 mod init;
 pub mod maintenance;
 pub mod network;
+pub mod pooled;
 pub mod reaper;
 pub mod render;
 mod runner;

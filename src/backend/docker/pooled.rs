@@ -1,0 +1,111 @@
+//! The Docker side of the pool ([`crate::pool`]): a container started ahead of its run,
+//! left running without a watchdog (its entry in the pool directory is what keeps track of
+//! it), removed by the daemon itself when its first process ends (`AutoRemove`).
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, ListContainersOptions};
+
+use super::{connect, image, render, runtime, DockerError};
+use crate::backend::BackendError;
+use crate::plan::LaunchPlan;
+use crate::pool::LABEL_POOL;
+
+/// Creates and starts the container of `plan` under `name`, labelled with its entry
+/// (`entry`), and returns once it runs. Its zones are bound by handle, as for a run.
+pub fn start(plan: &LaunchPlan, name: &str, entry: &str) -> Result<(), BackendError> {
+    let rt = runtime()?;
+    let r = rt.block_on(async {
+        let docker = connect().await?;
+        let image = image::ensure(&docker, plan).await?;
+        let (staged, staging) = super::staging::stage(plan)?;
+        let mut settings = render::render(&staged, &image, &super::choose_init(plan));
+        if let Some(labels) = settings.create.labels.as_mut() {
+            labels.insert(LABEL_POOL.into(), entry.to_string());
+        }
+        if let Some(host) = settings.create.host_config.as_mut() {
+            // Gone with its first process: at the end of the run that claims it, or when that
+            // run's workcell dies (the agent then ends everything it started, and itself).
+            host.auto_remove = Some(true);
+            // The waiting agent is one process more than a cold run has: the worker's
+            // commands get exactly the limit they would get cold.
+            host.pids_limit = host.pids_limit.map(|p| p.saturating_add(1));
+        }
+        let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        docker.create_container(Some(options), settings.create).await.map_err(|e| DockerError::Api { what: format!("create container {name}"), source: e })?;
+        let started = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await;
+        if let Some(s) = staging {
+            s.release();
+        }
+        if let Err(e) = started {
+            super::container::remove(&docker, name).await;
+            return Err(DockerError::Api { what: format!("start container {name}"), source: e });
+        }
+        Ok(())
+    });
+    rt.shutdown_background();
+    Ok(r?)
+}
+
+/// Force-removes a pooled container (gone already counts as removed).
+pub fn remove(name: &str) -> Result<(), BackendError> {
+    use bollard::query_parameters::RemoveContainerOptions;
+    let rt = runtime()?;
+    let r = rt.block_on(async {
+        let docker = connect().await?;
+        match docker.remove_container(name, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() })).await {
+            Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => Ok(()),
+            Err(e) => Err(DockerError::Api { what: format!("remove container {name}"), source: e }),
+        }
+    });
+    rt.shutdown_background();
+    Ok(r?)
+}
+
+/// The pooled containers that exist (any state): their names and entries.
+pub fn running() -> Result<Vec<(String, String)>, BackendError> {
+    let rt = runtime()?;
+    let r = rt.block_on(async {
+        let docker = connect().await?;
+        let filters = HashMap::from([("label".to_string(), vec![LABEL_POOL.to_string()])]);
+        let list = docker
+            .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+            .await
+            .map_err(|e| DockerError::Api { what: "list containers".into(), source: e })?;
+        Ok::<_, DockerError>(
+            list.into_iter()
+                .filter_map(|c| {
+                    let name = c.names?.first()?.trim_start_matches('/').to_string();
+                    let entry = c.labels?.get(LABEL_POOL)?.clone();
+                    Some((name, entry))
+                })
+                .collect(),
+        )
+    });
+    rt.shutdown_background();
+    Ok(r?)
+}
+
+/// The host pid of a running container's first process.
+pub fn main_pid(name: &str) -> Option<u32> {
+    let rt = runtime().ok()?;
+    let pid = rt.block_on(async {
+        let docker = connect().await.ok()?;
+        let c = docker.inspect_container(name, None::<InspectContainerOptions>).await.ok()?;
+        c.state?.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0)
+    });
+    rt.shutdown_background();
+    pid
+}
+
+/// Whether the kernel's OOM killer struck in the container (the daemon's record).
+pub fn oom_killed(name: &str) -> bool {
+    let Ok(rt) = runtime() else { return false };
+    let oom = rt.block_on(async {
+        let Ok(docker) = connect().await else { return false };
+        let c = docker.inspect_container(name, None::<InspectContainerOptions>).await.ok();
+        c.and_then(|c| c.state).and_then(|s| s.oom_killed) == Some(true)
+    });
+    rt.shutdown_background();
+    oom
+}
