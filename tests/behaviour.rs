@@ -54,6 +54,8 @@ fn workcell(backend: &str, cwd: &Path) -> std::process::Command {
     match backend.split_once('+') {
         Some((backend, "pool")) => cmd.arg("--backend").arg(backend),
         Some((backend, runtime)) => cmd.arg("--backend").arg(backend).arg("--runtime").arg(runtime),
+        // The docker backend; `support::backend_ready` pointed DOCKER_HOST at Podman.
+        None if backend == "podman" => cmd.arg("--backend").arg("docker"),
         None => cmd.arg("--backend").arg(backend),
     };
     cmd
@@ -284,6 +286,28 @@ mod body {
         }
     }
 
+    fn fetch_script(ip: &str) -> String {
+        // busybox wget segfaults in Debian 12's static build, so speak HTTP through nc.
+        let get = format!("printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 2 {ip} 8080");
+        format!("for i in 1 2 3 4 5 6 7 8; do if {get} | grep -qx ok; then echo reached; exit 0; fi; sleep 0.5; done; exit 1")
+    }
+
+    /// Engine backends: a server in a sibling container (a busybox httpd built FROM scratch by
+    /// the test itself, on the engine's default bridge), not the host's loopback.
+    pub fn network_off_blocks_a_sibling_container_on_allows_it(backend: &str) {
+        let img = support::BusyboxImage::build("behaviour-net");
+        let server = support::Server::httpd(&img, &format!("dev.workcell.test=behaviour-net-{}", std::process::id()));
+        let s = Scratch::new();
+        s.mkdir("in");
+        let script = fetch_script(&server.ip);
+        let off = run(backend, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+        assert_ne!(off.status.code(), Some(0), "the sibling was reached with the network off");
+        assert!(!stdout(&off).contains("reached"));
+        let on = run(backend, &s.root, &["--network", "--zone", "in=./in:ro", "--", "sh", "-c", &script]);
+        assert_eq!(on.status.code(), Some(0), "{}", stdout(&on));
+        assert!(stdout(&on).contains("reached"));
+    }
+
     pub fn exit_statuses(backend: &str) {
         let s = Scratch::new();
         let zone = s.mkdir("in");
@@ -468,8 +492,7 @@ backend_suite!(
     }
 );
 
-// The docker network tests need a server in a sibling container (a busybox httpd built
-// FROM scratch by the test itself, on the default bridge), not the host's loopback.
+// The docker network test needs a server in a sibling container, not the host's loopback.
 backend_suite!(
     docker,
     "docker",
@@ -489,32 +512,9 @@ backend_suite!(
         root_is_read_only,
         user_has_a_name,
         protected_git_stays_read_only,
+        network_off_blocks_a_sibling_container_on_allows_it,
     ],
-    {
-        fn fetch_script(ip: &str) -> String {
-            // busybox wget segfaults in Debian 12's static build, so speak HTTP through nc.
-            let get = format!("printf 'GET /index.html HTTP/1.0\\r\\n\\r\\n' | busybox nc -w 2 {ip} 8080");
-            format!("for i in 1 2 3 4 5 6 7 8; do if {get} | grep -qx ok; then echo reached; exit 0; fi; sleep 0.5; done; exit 1")
-        }
-
-        #[test]
-        fn network_off_blocks_a_sibling_container_on_allows_it() {
-            if !support::backend_ready(BACKEND) {
-                return;
-            }
-            let img = support::BusyboxImage::build("behaviour-net");
-            let server = support::Server::httpd(&img, &format!("dev.workcell.test=behaviour-net-{}", std::process::id()));
-            let s = Scratch::new();
-            s.mkdir("in");
-            let script = fetch_script(&server.ip);
-            let off = run(BACKEND, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", &script]);
-            assert_ne!(off.status.code(), Some(0), "the sibling was reached with the network off");
-            assert!(!stdout(&off).contains("reached"));
-            let on = run(BACKEND, &s.root, &["--network", "--zone", "in=./in:ro", "--", "sh", "-c", &script]);
-            assert_eq!(on.status.code(), Some(0), "{}", stdout(&on));
-            assert!(stdout(&on).contains("reached"));
-        }
-    }
+    {}
 );
 
 // The same bodies under gVisor (`--runtime runsc` on docker), with what differs there.
@@ -523,3 +523,29 @@ mod pooled;
 
 #[path = "behaviour/runsc.rs"]
 mod runsc;
+
+// The docker bodies on Podman's Docker-compatible service: `support::backend_ready` points
+// DOCKER_HOST at `WORKCELL_PODMAN_SOCKET`; `WORKCELL_REQUIRE_PODMAN=1` makes it a requirement.
+backend_suite!(
+    podman,
+    "podman",
+    [
+        ro_zone_not_writable,
+        rw_zone_writable,
+        host_paths_invisible,
+        symlink_out_of_zone_does_not_reach,
+        host_env_not_leaked,
+        no_new_privs_and_no_capabilities,
+        tmp_is_private,
+        timeout_kills_everything,
+        killing_workcell_kills_worker,
+        exit_statuses,
+        memory_hog_is_killed,
+        fork_bomb_is_contained,
+        root_is_read_only,
+        user_has_a_name,
+        protected_git_stays_read_only,
+        network_off_blocks_a_sibling_container_on_allows_it,
+    ],
+    {}
+);

@@ -14,9 +14,11 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use workcell::backend::cgroup::{Controller, Support};
 
-/// Whether `backend` ("bwrap", "docker", "docker+runsc": docker with gVisor's runtime, or
-/// "none", which always works) works here. Without it the test is skipped with a note, unless `WORKCELL_REQUIRE_BWRAP=1` /
-/// `WORKCELL_REQUIRE_DOCKER=1` / `WORKCELL_REQUIRE_RUNSC=1` makes that a failure.
+/// Whether `backend` ("bwrap", "docker", "docker+runsc": docker with gVisor's runtime,
+/// "podman": docker against Podman's service, or "none", which always works) works here.
+/// Without it the test is skipped with a note, unless `WORKCELL_REQUIRE_BWRAP=1` /
+/// `WORKCELL_REQUIRE_DOCKER=1` / `WORKCELL_REQUIRE_RUNSC=1` / `WORKCELL_REQUIRE_PODMAN=1`
+/// makes that a failure.
 pub fn backend_ready(backend: &str) -> bool {
     let (result, gate) = match backend {
         "bwrap" => (workcell::backend::bwrap::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_BWRAP"),
@@ -30,6 +32,9 @@ pub fn backend_ready(backend: &str) -> bool {
                 .and_then(|_| workcell::backend::docker::runtimes::require("runsc").map_err(|e| e.to_string())),
             "WORKCELL_REQUIRE_RUNSC",
         ),
+        // The docker backend against Podman's Docker-compatible service: the socket named by
+        // WORKCELL_PODMAN_SOCKET becomes this test process's DOCKER_HOST (see `podman_probe`).
+        "podman" => (podman_probe(), "WORKCELL_REQUIRE_PODMAN"),
         "none" => return true,
         other => panic!("unknown backend {other}"),
     };
@@ -40,6 +45,47 @@ pub fn backend_ready(backend: &str) -> bool {
             eprintln!("note: skipping a {backend} test ({e}); set {gate}=1 to make this a failure");
             false
         }
+    }
+}
+
+/// Points this test process at the Podman socket in `WORKCELL_PODMAN_SOCKET` (a path or a
+/// `unix://` address): `DOCKER_HOST` is set for the process, so the `workcell` and `docker`
+/// commands it starts talk to Podman too. That is only sound with one test per process, as
+/// nextest runs them; then the socket must answer as Podman.
+fn podman_probe() -> Result<(), String> {
+    let socket = std::env::var("WORKCELL_PODMAN_SOCKET")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .ok_or("WORKCELL_PODMAN_SOCKET is not set (the socket of `podman system service`, e.g. /run/wc-podman/podman.sock)")?;
+    if std::env::var("NEXTEST_EXECUTION_MODE").as_deref() != Ok("process-per-test") {
+        return Err("the podman tests set DOCKER_HOST for their whole process: run them with cargo nextest (one process per test)".into());
+    }
+    let address = if socket.contains("://") { socket } else { format!("unix://{socket}") };
+    std::env::set_var("DOCKER_HOST", &address);
+    std::env::set_var(ENGINE_VAR, "podman");
+    let answer = workcell::backend::docker::probe().map_err(|e| e.to_string())?;
+    if !answer.starts_with("Podman") {
+        return Err(format!("{address} answers as {answer}, not as Podman"));
+    }
+    Ok(())
+}
+
+/// Set (to "podman") in a test process that [`podman_probe`] pointed at Podman.
+const ENGINE_VAR: &str = "WORKCELL_TEST_ENGINE";
+
+/// Whether this test process talks to Podman (see [`podman_probe`]).
+pub fn on_podman() -> bool {
+    std::env::var(ENGINE_VAR).as_deref() == Ok("podman")
+}
+
+/// Extra `docker run` arguments for helper containers the tests start themselves. Podman
+/// gives a container open-file and process limits of 1048576 unless told otherwise, which a
+/// service without CAP_SYS_RESOURCE cannot set (workcell's own runs name theirs).
+pub fn run_args() -> &'static [&'static str] {
+    if on_podman() {
+        &["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+    } else {
+        &[]
     }
 }
 
@@ -241,7 +287,9 @@ impl Server {
     /// `busybox httpd` on port 8080 in the default bridge network.
     pub fn httpd(image: &BusyboxImage, label: &str) -> Server {
         let out = StdCommand::new("docker")
-            .args(["run", "-d", "--rm", "--label", "dev.workcell.managed=true", "--label", label, &image.tag])
+            .args(["run", "-d", "--rm", "--label", "dev.workcell.managed=true", "--label", label])
+            .args(run_args())
+            .arg(&image.tag)
             .args(["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"])
             .output()
             .expect("docker run");

@@ -9,11 +9,13 @@
 //! and `gc`.
 
 mod container;
+pub mod engine;
 pub mod firewall;
 pub mod image;
 mod init;
 pub mod maintenance;
 pub mod network;
+mod ping;
 pub mod pooled;
 pub mod reaper;
 pub mod render;
@@ -139,12 +141,35 @@ pub fn client() -> Result<(String, Docker), DockerError> {
 /// Connects and negotiates the API version down to what the daemon speaks (20.10 speaks
 /// 1.41, older than bollard's default), failing within [`PROBE_TIMEOUT`] when nothing answers.
 pub async fn connect() -> Result<Docker, DockerError> {
+    connect_engine().await.map(|(docker, _)| docker)
+}
+
+/// [`connect`], also telling which engine answered. On a unix socket one `/_ping` tells both
+/// (Podman's `/version` is slow: see [`ping`]); elsewhere `/version` does.
+pub async fn connect_engine() -> Result<(Docker, engine::Engine), DockerError> {
     let (address, docker) = client()?;
-    match tokio::time::timeout(PROBE_TIMEOUT, docker.negotiate_version()).await {
-        Ok(Ok(d)) => Ok(d),
-        Ok(Err(e)) => Err(DockerError::Unreachable { address, reason: e.to_string() }),
-        Err(_) => Err(DockerError::Unreachable { address, reason: format!("no answer within {}s", PROBE_TIMEOUT.as_secs()) }),
+    let unreachable = |reason: String| DockerError::Unreachable { address: address.clone(), reason };
+    let too_slow = || format!("no answer within {}s", PROBE_TIMEOUT.as_secs());
+    if let Some(path) = address.strip_prefix("unix://") {
+        let pong = match tokio::time::timeout(PROBE_TIMEOUT, ping::ping(std::path::Path::new(path))).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => return Err(unreachable(too_slow())),
+        };
+        if let Some((major, minor)) = pong.api_version {
+            let server = bollard::ClientVersion { major_version: major, minor_version: minor };
+            let version = if server < *bollard::API_DEFAULT_VERSION { server } else { *bollard::API_DEFAULT_VERSION };
+            let docker = Docker::connect_with_unix(&address, 120, &version).map_err(|e| unreachable(e.to_string()))?;
+            return Ok((docker, pong.engine));
+        }
     }
+    let docker = match tokio::time::timeout(PROBE_TIMEOUT, docker.negotiate_version()).await {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return Err(unreachable(e.to_string())),
+        Err(_) => return Err(unreachable(too_slow())),
+    };
+    let engine = engine::Engine::detect(&docker).await;
+    Ok((docker, engine))
 }
 
 /// A single-threaded runtime: a run is a handful of sequential API calls plus output
@@ -162,12 +187,9 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, DockerError> {
 pub fn probe() -> Result<String, BackendError> {
     let rt = runtime()?;
     let r = rt.block_on(async {
-        let (address, docker) = client()?;
-        match tokio::time::timeout(PROBE_TIMEOUT, docker.version()).await {
-            Ok(Ok(v)) => Ok(format!("Docker {} (API {})", v.version.unwrap_or_default(), v.api_version.unwrap_or_default())),
-            Ok(Err(e)) => Err(DockerError::Unreachable { address, reason: e.to_string() }),
-            Err(_) => Err(DockerError::Unreachable { address, reason: format!("no answer within {}s", PROBE_TIMEOUT.as_secs()) }),
-        }
+        let (docker, engine) = connect_engine().await?;
+        let v = docker.client_version();
+        Ok::<_, DockerError>(format!("{} (API {}.{})", engine.label(), v.major_version, v.minor_version))
     });
     rt.shutdown_background();
     Ok(r?)

@@ -16,10 +16,11 @@ use crate::pool::LABEL_POOL;
 pub fn start(plan: &LaunchPlan, name: &str, entry: &str) -> Result<(), BackendError> {
     let rt = runtime()?;
     let r = rt.block_on(async {
-        let docker = connect().await?;
+        let (docker, engine) = super::connect_engine().await?;
         let image = image::ensure(&docker, plan).await?;
         let (staged, staging) = super::staging::stage(plan)?;
         let mut settings = render::render(&staged, &image, &super::choose_init(plan));
+        super::engine::adapt_for(&mut settings, &engine);
         if let Some(labels) = settings.create.labels.as_mut() {
             labels.insert(LABEL_POOL.into(), entry.to_string());
         }

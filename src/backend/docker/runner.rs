@@ -57,7 +57,7 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Optio
     let mut sigterm = sig(SignalKind::terminate())?;
     let mut sighup = sig(SignalKind::hangup())?;
 
-    let docker = super::connect().await?;
+    let (docker, engine) = super::connect_engine().await?;
     let image = tokio::select! {
         r = image::ensure(&docker, plan) => r?,
         _ = sigint.recv() => return Ok((130, false)),
@@ -68,6 +68,7 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Optio
     // go as soon as the container has started, and on every other path with `staging`.
     let (staged, mut staging) = super::staging::stage(plan)?;
     let mut settings = render::render(&staged, &image, &super::choose_init(plan));
+    super::engine::adapt_for(&mut settings, &engine);
     if let Some(labels) = settings.create.labels.as_mut() {
         labels.insert(LABEL_PID.into(), std::process::id().to_string());
     }
