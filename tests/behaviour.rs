@@ -547,5 +547,20 @@ backend_suite!(
         protected_git_stays_read_only,
         network_off_blocks_a_sibling_container_on_allows_it,
     ],
-    {}
+    {
+        /// With a read-only root Podman mounts a /var/tmp that every user may write; workcell
+        /// lays a read-only one over it, so the worker writes only where the plan says.
+        #[test]
+        fn no_scratch_beyond_the_plans() {
+            if !support::backend_ready(BACKEND) {
+                return;
+            }
+            let s = Scratch::new();
+            s.mkdir("in");
+            let probe = "for p in /var/tmp/x /run/x /x /etc/x; do if (echo x > $p) 2>/dev/null; then echo WROTE:$p; fi; done; exit 0";
+            let out = run(BACKEND, &s.root, &["--zone", "in=./in:ro", "--", "sh", "-c", probe]);
+            assert_eq!(out.status.code(), Some(0));
+            assert!(!stdout(&out).contains("WROTE:"), "the worker wrote outside its zones and /tmp:\n{}", stdout(&out));
+        }
+    }
 );

@@ -3,7 +3,8 @@
 //! datagram to a host server listening on every address gets nowhere; `network: false` and
 //! `true` are unchanged; on docker the run's network and firewall rules go with the run,
 //! also when workcell is killed (the watchdog, `workcell gc`), and no other container can
-//! use the proxy's port.
+//! use the proxy's port. The docker bodies run on Podman's Docker-compatible service too
+//! (module `podman`).
 //!
 //! The proxy here is a stand-in ([`TestProxy`]) that answers every connection with one
 //! fixed HTTP response and records who connected: these tests are about the boundary the
@@ -454,3 +455,33 @@ backend_suite!(docker, "docker", [reaches_the_proxy_through_its_env, direct_conn
         docker_only::victim();
     }
 });
+
+/// The docker bodies against Podman's Docker-compatible service: `support::backend_ready`
+/// points DOCKER_HOST (this process's, inherited by the `workcell` and `docker` commands it
+/// starts, and by the victim) at `WORKCELL_PODMAN_SOCKET`; the backend is still docker.
+mod podman {
+    use super::*;
+
+    macro_rules! on_podman {
+        ($($test:ident => $call:expr),* $(,)?) => {
+            $(
+                #[test]
+                fn $test() {
+                    if support::backend_ready("podman") {
+                        $call;
+                    }
+                }
+            )*
+        };
+    }
+
+    on_podman!(
+        reaches_the_proxy_through_its_env => body::reaches_the_proxy_through_its_env("docker"),
+        direct_connections_get_nowhere => body::direct_connections_get_nowhere("docker"),
+        off_and_open_unchanged => body::off_and_open_unchanged("docker"),
+        no_proxy_no_run => body::no_proxy_no_run("docker"),
+        named_image_reaches_only_the_proxy => docker_only::named_image_reaches_only_the_proxy(),
+        other_containers_cannot_use_the_proxy_port => docker_only::other_containers_cannot_use_the_proxy_port(),
+        killed_run_is_cleaned_by_the_watchdog_and_by_gc => docker_only::killed_run_is_cleaned_by_the_watchdog_and_by_gc(),
+    );
+}

@@ -81,13 +81,17 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
 fn print_docker(d: &DockerDiagnosis) {
     match &d.error {
         None => println!(
-            "docker:  ok: Engine {} (daemon API {}, workcell speaks {}) at {}",
+            "docker:  ok: {} {} (daemon API {}, workcell speaks {}) at {}",
+            d.engine.as_deref().unwrap_or("Engine"),
             d.version.as_deref().unwrap_or("?"),
             d.api_version.as_deref().unwrap_or("?"),
             d.negotiated_api.as_deref().unwrap_or("?"),
             d.address.as_deref().unwrap_or("?")
         ),
         Some(e) => println!("docker:  unavailable: {e}"),
+    }
+    for note in &d.engine_notes {
+        println!("  note: {note}");
     }
     println!("  DOCKER_HOST: {}", d.docker_host.as_deref().unwrap_or("(not set)"));
     println!("  sockets tried{}:", if d.docker_host.is_some() { " (only when DOCKER_HOST is unset)" } else { "" });

@@ -115,7 +115,9 @@ pub fn other_containers_cannot_use_the_proxy_port() {
     let (addr, _) = proxy.wait_listener(Duration::from_secs(120));
 
     let outsider = Command::new("docker")
-        .args(["run", "--rm", "--label", "dev.workcell.managed=true", "--label", &format!("dev.workcell.test={}", support::unique()), &image.tag])
+        .args(["run", "--rm", "--label", "dev.workcell.managed=true", "--label", &format!("dev.workcell.test={}", support::unique())])
+        .args(support::run_args())
+        .arg(&image.tag)
         .args([
             "/bin/busybox",
             "sh",

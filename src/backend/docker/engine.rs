@@ -90,6 +90,13 @@ impl HostLimits {
         parse_proc_limits(&std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?)
     }
 
+    /// The uid of the process listening on the daemon's unix socket.
+    pub fn listener_uid(address: &str) -> Option<u32> {
+        let path = address.strip_prefix("unix://")?;
+        let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
+        Some(rustix::net::sockopt::socket_peercred(&stream).ok()?.uid.as_raw())
+    }
+
     /// What a Podman container can be given here: workcell's limits, lowered to the Podman
     /// service's when it runs on this host.
     pub fn for_daemon(address: &str) -> HostLimits {
@@ -112,6 +119,9 @@ fn parse_proc_limits(text: &str) -> Option<HostLimits> {
     Some(HostLimits { nofile: pair("Max open files")?, nproc: pair("Max processes")? })
 }
 
+/// The scratch directory Podman adds to a read-only root beyond the plan's.
+const PODMAN_VAR_TMP: &str = "/var/tmp";
+
 /// Bends `settings` (rendered for Docker) for `engine`. For Docker it changes nothing.
 ///
 /// Podman (rootful) sets a container's open-file and process limits to 1048576 unless the
@@ -130,6 +140,16 @@ pub fn adapt(settings: &mut DockerSettings, engine: &Engine, limits: HostLimits)
         soft: Some(i64::try_from(soft).unwrap_or(i64::MAX)),
         hard: Some(i64::try_from(hard).unwrap_or(i64::MAX)),
     };
+    // With a read-only root Podman mounts writable tmpfs on /run, /tmp and /var/tmp (its
+    // `--read-only-tmpfs`, which the compatible API cannot turn off); Docker adds none. /tmp
+    // is the plan's own and /run is root's (0755), but /var/tmp is open to every user: a
+    // read-only one of our own takes its place, so the worker can write only where the plan
+    // says.
+    let tmpfs = host.tmpfs.get_or_insert_with(Default::default);
+    let bound = |t: &str| host.mounts.iter().flatten().any(|m| m.target.as_deref() == Some(t));
+    if !tmpfs.contains_key(PODMAN_VAR_TMP) && !bound(PODMAN_VAR_TMP) {
+        tmpfs.insert(PODMAN_VAR_TMP.to_string(), "ro,nosuid,nodev,noexec,size=16k".to_string());
+    }
     let mut set = host.ulimits.take().unwrap_or_default();
     for (name, pair) in [("nofile", limits.nofile), ("nproc", limits.nproc)] {
         if !set.iter().any(|u| u.name.as_deref() == Some(name)) {
@@ -145,6 +165,26 @@ pub fn adapt_for(settings: &mut DockerSettings, engine: &Engine) {
         let address = super::client().map(|(a, _)| a).unwrap_or_default();
         adapt(settings, engine, HostLimits::for_daemon(&address));
     }
+}
+
+/// What `doctor` says about `engine` at `address` beyond "it answers": for Podman, a missing
+/// init, the runtimes it lists without having them, and what a rootless service cannot do.
+pub fn notes(engine: &Engine, address: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if !engine.is_podman() {
+        return out;
+    }
+    out.push("Podman's Docker-compatible service: see README \"Other engines: Podman\" for what differs".into());
+    let local = address.starts_with("unix://");
+    if local && podman_init_missing() {
+        out.push(PODMAN_INIT_HINT.into());
+    }
+    out.push("Podman lists every runtime its containers.conf names, installed or not: a run naming one that is not installed fails at start".into());
+    let rootless = local && HostLimits::listener_uid(address).is_some_and(|uid| uid != 0);
+    if rootless {
+        out.push("rootless Podman: proxied runs (egress rules) are refused, they need the host firewall (root); zones must be readable by the user Podman maps the worker to".into());
+    }
+    out
 }
 
 /// What to do when Podman has no init to give a container.
@@ -204,9 +244,11 @@ mod tests {
         assert_eq!(d, settings());
         let mut p = settings();
         adapt(&mut p, &Engine::Podman("4".into()), limits);
-        let u = p.create.host_config.and_then(|h| h.ulimits).unwrap_or_default();
+        let u = p.create.host_config.clone().and_then(|h| h.ulimits).unwrap_or_default();
         assert_eq!(u.len(), 2);
         assert_eq!((u[0].name.as_deref(), u[0].soft, u[0].hard), (Some("nofile"), Some(1024), Some(20000)));
         assert_eq!((u[1].name.as_deref(), u[1].soft, u[1].hard), (Some("nproc"), Some(i64::MAX), Some(i64::MAX)));
+        let tmpfs = p.create.host_config.and_then(|h| h.tmpfs).unwrap_or_default();
+        assert!(tmpfs.get("/var/tmp").is_some_and(|o| o.starts_with("ro,")), "{tmpfs:?}");
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use bollard::query_parameters::{ListContainersOptions, ListImagesOptions, ListNetworksOptions, RemoveContainerOptions, RemoveImageOptions};
+use bollard::query_parameters::{ListImagesOptions, ListNetworksOptions, RemoveContainerOptions, RemoveImageOptions};
 use serde::Serialize;
 
 use super::image::{self, LABEL_KIND};
@@ -32,8 +32,12 @@ pub struct DockerDiagnosis {
     pub sockets: Vec<SocketState>,
     /// The address workcell connects to.
     pub address: Option<String>,
+    /// Which engine answered: "Docker" or "Podman" (its Docker-compatible service).
+    pub engine: Option<String>,
     /// Engine version, when the daemon answered.
     pub version: Option<String>,
+    /// What differs on this engine and matters here (Podman: a missing init, rootless).
+    pub engine_notes: Vec<String>,
     /// The daemon's API version.
     pub api_version: Option<String>,
     /// The API version workcell speaks after negotiation.
@@ -54,7 +58,9 @@ pub fn diagnose() -> DockerDiagnosis {
         docker_host: std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()),
         sockets: super::candidate_sockets().into_iter().map(|p| SocketState { exists: p.exists(), path: p }).collect(),
         address: None,
+        engine: None,
         version: None,
+        engine_notes: Vec::new(),
         api_version: None,
         negotiated_api: None,
         host_image: None,
@@ -71,13 +77,15 @@ pub fn diagnose() -> DockerDiagnosis {
     };
     rt.block_on(async {
         d.address = super::client().ok().map(|(a, _)| a);
-        let docker = match super::connect().await {
-            Ok(docker) => docker,
+        let (docker, engine) = match super::connect_engine().await {
+            Ok(found) => found,
             Err(e) => {
                 d.error = Some(e.to_string());
                 return;
             }
         };
+        d.engine = Some(engine.label().to_string());
+        d.engine_notes = super::engine::notes(&engine, d.address.as_deref().unwrap_or_default());
         let v = docker.client_version();
         d.negotiated_api = Some(format!("{}.{}", v.major_version, v.minor_version));
         match docker.version().await {
@@ -157,14 +165,9 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
         f.insert("label".to_string(), labels);
         f
     };
-    let containers = docker
-        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filter(None)), ..Default::default() }))
-        .await
-        .map_err(|e| DockerError::Api { what: "list containers".into(), source: e })?;
+    let containers = super::listing::containers(&docker, vec![format!("{LABEL_MANAGED}=true")]).await?;
     for c in containers {
-        let name = c.names.as_ref().and_then(|n| n.first()).map(|n| n.trim_start_matches('/').to_string()).or(c.id.clone()).unwrap_or_default();
-        let state = c.state.as_ref().map(|s| s.to_string()).unwrap_or_default();
-        let labels = c.labels.clone().unwrap_or_default();
+        let (name, state, labels) = (c.name, c.state, c.labels);
         // Pooled containers wait for their run with no owner: `pool::gc` judges them.
         if labels.contains_key(crate::pool::LABEL_POOL) {
             continue;
@@ -179,8 +182,10 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
             report.kept.push(format!("{name} ({state})"));
             continue;
         }
-        let Some(id) = c.id else { continue };
-        match docker.remove_container(&id, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() })).await {
+        if c.id.is_empty() {
+            continue;
+        }
+        match docker.remove_container(&c.id, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() })).await {
             Ok(()) => report.containers.push(format!("{name} ({state})")),
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
             Err(e) => report.errors.push(format!("container {name}: {}", api_message(&e))),
@@ -204,7 +209,7 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
         .await
         .map_err(|e| DockerError::Api { what: "list images".into(), source: e })?;
     for img in images {
-        let tags: Vec<String> = img.repo_tags.iter().filter(|t| t.as_str() != "<none>:<none>").cloned().collect();
+        let tags: Vec<String> = img.repo_tags.iter().filter(|t| t.as_str() != "<none>:<none>").map(|t| short_tag(t).to_string()).collect();
         let kind = img.labels.get(LABEL_KIND).map(String::as_str);
         let remove = if tags.is_empty() {
             // An untagged image this young may be a step of a build in progress.
@@ -236,6 +241,12 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
 }
 
 /// A `build:` image is current when its folder still exists and still hashes to its tag.
+/// A tag as workcell names it: Podman lists `workcell-host:…` as
+/// `docker.io/library/workcell-host:…` (or `localhost/…`), and takes the short form back.
+fn short_tag(tag: &str) -> &str {
+    tag.strip_prefix("docker.io/library/").or_else(|| tag.strip_prefix("localhost/")).unwrap_or(tag)
+}
+
 fn build_is_current(labels: &HashMap<String, String>, tags: &[String]) -> bool {
     let Some(dir) = labels.get(image::LABEL_SOURCE).map(PathBuf::from) else { return false };
     match image::folder_context(&dir) {

@@ -13,10 +13,11 @@ pub mod engine;
 pub mod firewall;
 pub mod image;
 mod init;
+mod listing;
 pub mod maintenance;
 pub mod network;
-mod ping;
 pub mod pooled;
+mod rawhttp;
 pub mod reaper;
 pub mod render;
 mod runner;
@@ -145,13 +146,13 @@ pub async fn connect() -> Result<Docker, DockerError> {
 }
 
 /// [`connect`], also telling which engine answered. On a unix socket one `/_ping` tells both
-/// (Podman's `/version` is slow: see [`ping`]); elsewhere `/version` does.
+/// (Podman's `/version` is slow: see [`rawhttp`]); elsewhere `/version` does.
 pub async fn connect_engine() -> Result<(Docker, engine::Engine), DockerError> {
     let (address, docker) = client()?;
     let unreachable = |reason: String| DockerError::Unreachable { address: address.clone(), reason };
     let too_slow = || format!("no answer within {}s", PROBE_TIMEOUT.as_secs());
     if let Some(path) = address.strip_prefix("unix://") {
-        let pong = match tokio::time::timeout(PROBE_TIMEOUT, ping::ping(std::path::Path::new(path))).await {
+        let pong = match tokio::time::timeout(PROBE_TIMEOUT, rawhttp::ping(std::path::Path::new(path))).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Err(_) => return Err(unreachable(too_slow())),

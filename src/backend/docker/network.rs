@@ -65,8 +65,8 @@ pub(super) async fn open(docker: &Docker, name: &str, labels: HashMap<String, St
     firewall::check()?;
     let mut net = create(docker, name, labels).await?;
     let served = (|| -> Result<(), DockerError> {
-        let listener = TcpListener::bind((net.gateway, 0))
-            .map_err(|source| DockerError::Io { what: format!("cannot listen on {} for the egress proxy", net.gateway), source })?;
+        let listener =
+            listen_on(net.gateway).map_err(|source| DockerError::Io { what: format!("cannot listen on {} for the egress proxy", net.gateway), source })?;
         net.port = listener.local_addr().map_err(|source| DockerError::Io { what: "cannot read the egress proxy's port".into(), source })?.port();
         // The rules before serving: nothing reaches the port meanwhile but the (not yet
         // created) container, and a failure here leaves nothing to stop.
@@ -80,6 +80,19 @@ pub(super) async fn open(docker: &Docker, name: &str, labels: HashMap<String, St
         return Err(e);
     }
     Ok(net)
+}
+
+/// A listener on a free port of `gateway`, bound with `IP_FREEBIND`: Docker brings a network's
+/// bridge (and so the gateway address) up when it makes the network, Podman (netavark) only
+/// when the first container joins it, after the proxy must already listen. The socket
+/// accepts on that address as soon as it exists.
+fn listen_on(gateway: Ipv4Addr) -> std::io::Result<TcpListener> {
+    use rustix::net::{AddressFamily, SocketType};
+    let fd = rustix::net::socket_with(AddressFamily::INET, SocketType::STREAM, rustix::net::SocketFlags::CLOEXEC, None)?;
+    rustix::net::sockopt::set_ip_freebind(&fd, true)?;
+    rustix::net::bind(&fd, &SocketAddr::from((gateway, 0)))?;
+    rustix::net::listen(&fd, 128)?;
+    Ok(TcpListener::from(fd))
 }
 
 async fn create(docker: &Docker, name: &str, labels: HashMap<String, String>) -> Result<RunNetwork, DockerError> {

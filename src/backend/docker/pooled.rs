@@ -2,9 +2,7 @@
 //! left running without a watchdog (its entry in the pool directory is what keeps track of
 //! it), removed by the daemon itself when its first process ends (`AutoRemove`).
 
-use std::collections::HashMap;
-
-use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions, ListContainersOptions};
+use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions};
 
 use super::{connect, image, render, runtime, DockerError};
 use crate::backend::BackendError;
@@ -68,20 +66,8 @@ pub fn running() -> Result<Vec<(String, String)>, BackendError> {
     let rt = runtime()?;
     let r = rt.block_on(async {
         let docker = connect().await?;
-        let filters = HashMap::from([("label".to_string(), vec![LABEL_POOL.to_string()])]);
-        let list = docker
-            .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
-            .await
-            .map_err(|e| DockerError::Api { what: "list containers".into(), source: e })?;
-        Ok::<_, DockerError>(
-            list.into_iter()
-                .filter_map(|c| {
-                    let name = c.names?.first()?.trim_start_matches('/').to_string();
-                    let entry = c.labels?.get(LABEL_POOL)?.clone();
-                    Some((name, entry))
-                })
-                .collect(),
-        )
+        let list = super::listing::containers(&docker, vec![LABEL_POOL.to_string()]).await?;
+        Ok::<_, DockerError>(list.into_iter().filter_map(|c| Some((c.name, c.labels.get(LABEL_POOL)?.clone()))).collect())
     });
     rt.shutdown_background();
     Ok(r?)

@@ -1,8 +1,12 @@
-//! `GET /_ping` on a local socket, read for its headers: the API version the daemon speaks
-//! and which engine it is. Docker and Podman both answer it at once, whereas Podman's
-//! `/version` asks conmon and the OCI runtime for theirs (about half a second idle, more
-//! than the probe's two seconds under load). bollard's `ping` returns only the body, so the
-//! request is written by hand: one HTTP/1.0 exchange, which the daemon closes.
+//! Plain HTTP/1.0 requests on a local socket (one exchange, which the daemon closes) for
+//! what bollard cannot give:
+//!
+//! - `GET /_ping` read for its headers: the API version the daemon speaks and which engine it
+//!   is. Docker and Podman both answer it at once, whereas Podman's `/version` asks conmon and
+//!   the OCI runtime for theirs (half a second idle, more than the probe's two seconds under
+//!   load); bollard's `ping` returns only the body.
+//! - [`get_json`]: an answer read as loose JSON, where bollard's typed models refuse one of
+//!   Podman's values (a container state `stopped`, which Docker does not have).
 
 use std::path::Path;
 
@@ -23,12 +27,41 @@ const MAX_ANSWER: u64 = 16 * 1024;
 
 /// Pings the daemon listening on the unix socket `path`.
 pub async fn ping(path: &Path) -> std::io::Result<Pong> {
-    let mut stream = tokio::net::UnixStream::connect(path).await?;
-    stream.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n").await?;
-    let mut answer = Vec::new();
-    (&mut stream).take(MAX_ANSWER).read_to_end(&mut answer).await?;
+    let answer = exchange(path, "/_ping", MAX_ANSWER).await?;
     let text = String::from_utf8_lossy(&answer);
-    parse(&text).ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a Docker API answer: {:?}", first_line(&text))))
+    parse(&text).ok_or_else(|| invalid(format!("not a Docker API answer: {:?}", first_line(&text))))
+}
+
+/// The most of a listing read: far beyond any daemon's count of workcell's containers.
+const MAX_LISTING: u64 = 64 << 20;
+
+/// `GET uri` (path and query, already encoded) on the unix socket `path`, its body as JSON.
+pub async fn get_json(path: &Path, uri: &str) -> std::io::Result<serde_json::Value> {
+    let answer = exchange(path, uri, MAX_LISTING).await?;
+    let split = answer.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| invalid("an HTTP answer without a body".into()))?;
+    let head = String::from_utf8_lossy(&answer[..split]);
+    if first_line(&head).split_whitespace().nth(1) != Some("200") {
+        return Err(invalid(format!("GET {uri}: {}", first_line(&head))));
+    }
+    // An HTTP/1.0 request gets a plain body (never chunked), ended by the close.
+    serde_json::from_slice(&answer[split + 4..]).map_err(|e| invalid(format!("GET {uri}: {e}")))
+}
+
+/// Percent-encodes a query value (everything but RFC 3986's unreserved characters).
+pub fn encode(value: &str) -> String {
+    value.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+async fn exchange(path: &Path, uri: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    let mut stream = tokio::net::UnixStream::connect(path).await?;
+    stream.write_all(format!("GET {uri} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes()).await?;
+    let mut answer = Vec::new();
+    (&mut stream).take(max).read_to_end(&mut answer).await?;
+    Ok(answer)
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message)
 }
 
 fn first_line(text: &str) -> &str {
@@ -81,6 +114,11 @@ mod tests {
         assert_eq!(parse(DOCKER), Some(Pong { api_version: Some((1, 41)), engine: Engine::Docker }));
         let old_podman = "HTTP/1.1 200 OK\r\nServer: Libpod/3.0.1 (linux)\r\n\r\nOK";
         assert_eq!(parse(old_podman), Some(Pong { api_version: None, engine: Engine::Podman("3.0.1".into()) }));
+    }
+
+    #[test]
+    fn query_values_are_encoded() {
+        assert_eq!(encode(r#"{"label":["a=b"]}"#), "%7B%22label%22%3A%5B%22a%3Db%22%5D%7D");
     }
 
     #[test]
