@@ -16,8 +16,11 @@
 //! above it whenever a network is created later, so what keeps routed traffic in is Docker's
 //! isolation of internal networks.
 //!
-//! Every rule carries the comment `workcell:NAME` (NAME is the run's container and network),
-//! by which the run, its watchdog and `workcell gc` find and remove them. Changing the
+//! Every rule carries the comment `workcell:NAME@PID` (NAME is the run's container and
+//! network, PID the workcell process that set it), by which the run, its watchdog and
+//! `workcell gc` find and remove them. The rules are the host's, shared by every engine on it,
+//! while networks are each engine's own: `gc` against Docker must not take a rule of a live
+//! run on Podman for an orphan because Docker has no such network, hence the owner. Changing the
 //! firewall needs root; as any other user a proxied docker run is refused before anything is
 //! created.
 
@@ -25,9 +28,30 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The comment on a run's rules.
+/// The comment on a run's rules, without its owner (rules of older workcells carry only this).
 pub fn tag(name: &str) -> String {
     format!("{TAG_PREFIX}{name}")
+}
+
+/// Whether a rule's comment belongs to run `name` (with or without an owner).
+fn is_of(comment: &str, name: &str) -> bool {
+    parse_tag(comment).is_some_and(|(n, _)| n == name)
+}
+
+/// A comment read back: the run's name and, when recorded, its owner's pid.
+fn parse_tag(comment: &str) -> Option<(&str, Option<u32>)> {
+    let rest = comment.strip_prefix(TAG_PREFIX)?;
+    Some(match rest.rsplit_once('@') {
+        Some((name, pid)) if pid.parse::<u32>().is_ok() => (name, pid.parse().ok()),
+        _ => (rest, None),
+    })
+}
+
+/// A run that has rules: its name and the pid of the workcell that set them, if recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tagged {
+    pub name: String,
+    pub owner: Option<u32>,
 }
 
 const TAG_PREFIX: &str = "workcell:";
@@ -76,7 +100,7 @@ pub fn check() -> Result<(), FirewallError> {
 /// Sets the rules of run `name` on `bridge`, whose gateway `gateway` has the proxy on
 /// `port`. On failure the rules already set are removed again.
 pub fn install(name: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> Result<(), FirewallError> {
-    let tag = tag(name);
+    let tag = format!("{}@{}", tag(name), std::process::id());
     let gw = format!("{gateway}/32");
     let port = port.to_string();
     let comment = ["-m", "comment", "--comment", tag.as_str()];
@@ -108,10 +132,9 @@ pub fn install(name: &str, bridge: &str, gateway: Ipv4Addr, port: u16) -> Result
 
 /// Removes every rule of run `name` (none is fine).
 pub fn remove(name: &str) -> Result<(), FirewallError> {
-    let tag = tag(name);
     for tool in tools() {
         let mut failed = None;
-        for rule in list(tool)?.into_iter().filter(|r| comment_of(r) == Some(tag.as_str())) {
+        for rule in list(tool)?.into_iter().filter(|r| comment_of(r).is_some_and(|c| is_of(c, name))) {
             // `-A CHAIN spec…` as listed, deleted by the same spec.
             let mut args = vec!["-w".to_string(), "-D".to_string()];
             args.extend(rule.into_iter().skip(1));
@@ -123,7 +146,7 @@ pub fn remove(name: &str) -> Result<(), FirewallError> {
         // A rule may have gone meanwhile (the watchdog or `gc` removing the same run): only
         // one still listed is a failure.
         if let Some(e) = failed {
-            if list(tool)?.iter().any(|r| comment_of(r) == Some(tag.as_str())) {
+            if list(tool)?.iter().any(|r| comment_of(r).is_some_and(|c| is_of(c, name))) {
                 return Err(e);
             }
         }
@@ -131,19 +154,19 @@ pub fn remove(name: &str) -> Result<(), FirewallError> {
     Ok(())
 }
 
-/// The names of the runs that have rules in the host's `INPUT` or `FORWARD` chain.
-pub fn tagged_names() -> Result<Vec<String>, FirewallError> {
-    let mut names = Vec::new();
+/// The runs that have rules in the host's `INPUT` or `FORWARD` chain.
+pub fn tagged() -> Result<Vec<Tagged>, FirewallError> {
+    let mut runs: Vec<Tagged> = Vec::new();
     for tool in tools() {
         for rule in list(tool)? {
-            if let Some(name) = comment_of(&rule).and_then(|c| c.strip_prefix(TAG_PREFIX)) {
-                if !names.iter().any(|n| n == name) {
-                    names.push(name.to_string());
+            if let Some((name, owner)) = comment_of(&rule).and_then(parse_tag) {
+                if !runs.iter().any(|t| t.name == name) {
+                    runs.push(Tagged { name: name.to_string(), owner });
                 }
             }
         }
     }
-    Ok(names)
+    Ok(runs)
 }
 
 /// The `INPUT` and `FORWARD` rules as `iptables -S` prints them, split into words.
@@ -207,5 +230,14 @@ mod tests {
         let rule = shlex::split(r#"-A INPUT -i wc-0123 -m comment --comment "workcell:workcell-0123" -j REJECT --reject-with icmp-port-unreachable"#).unwrap();
         assert_eq!(comment_of(&rule), Some("workcell:workcell-0123"));
         assert_eq!(comment_of(&shlex::split("-A INPUT -j ACCEPT").unwrap()), None);
+    }
+
+    #[test]
+    fn tags_name_the_run_and_its_owner() {
+        assert_eq!(parse_tag("workcell:workcell-0123@4567"), Some(("workcell-0123", Some(4567))));
+        assert_eq!(parse_tag("workcell:workcell-0123"), Some(("workcell-0123", None)));
+        assert_eq!(parse_tag("other"), None);
+        assert!(is_of("workcell:workcell-0123@1", "workcell-0123") && is_of("workcell:workcell-0123", "workcell-0123"));
+        assert!(!is_of("workcell:workcell-01234@1", "workcell-0123"));
     }
 }

@@ -133,12 +133,17 @@ pub struct GcReport {
 }
 
 fn owner_alive(labels: &HashMap<String, String>) -> Option<bool> {
-    let pid: i32 = labels.get(LABEL_PID)?.parse().ok()?;
-    let pid = rustix::process::Pid::from_raw(pid).filter(|p| p.as_raw_nonzero().get() > 1)?;
-    Some(match rustix::process::test_kill_process(pid) {
+    let pid: u32 = labels.get(LABEL_PID)?.parse().ok()?;
+    (pid > 1).then(|| pid_alive(pid))
+}
+
+/// Whether process `pid` exists (one of another user's counts).
+fn pid_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    match rustix::process::test_kill_process(pid) {
         Ok(()) => true,
         Err(e) => e == rustix::io::Errno::PERM,
-    })
+    }
 }
 
 /// Removes leftovers labelled `dev.workcell.managed=true`:
@@ -258,13 +263,15 @@ fn build_is_current(labels: &HashMap<String, String>, tags: &[String]) -> bool {
 /// Removes the networks of proxied runs whose workcell is gone, with their firewall rules,
 /// and rules whose network is gone. The rules are listed before the networks: a run sets
 /// its rules only once its network exists, so a rule listed first whose network is missing
-/// afterwards belongs to a run that has ended (a run starting meanwhile is never touched).
+/// afterwards belongs to a run that has ended (a run starting meanwhile is never touched) —
+/// or to a run on another engine (the rules are the host's, the networks each engine's): a
+/// rule whose recorded owner still lives is left alone.
 async fn networks(docker: &bollard::Docker, report: &mut GcReport) -> Result<(), DockerError> {
     use super::firewall;
     // Only root can have set rules (and read them).
     let root = rustix::process::geteuid().is_root();
     let tagged = if root {
-        firewall::tagged_names().unwrap_or_else(|e| {
+        firewall::tagged().unwrap_or_else(|e| {
             report.errors.push(format!("firewall rules: {e}"));
             Vec::new()
         })
@@ -295,7 +302,8 @@ async fn networks(docker: &bollard::Docker, report: &mut GcReport) -> Result<(),
             Err(e) => report.errors.push(format!("network {name}: {}", api_message(&e))),
         }
     }
-    for name in tagged.into_iter().filter(|t| !names.contains(t)) {
+    let orphan = |t: &firewall::Tagged| !names.contains(&t.name) && t.owner.is_none_or(|pid| !pid_alive(pid));
+    for name in tagged.into_iter().filter(orphan).map(|t| t.name) {
         match firewall::remove(&name) {
             Ok(()) => report.firewall.push(name),
             Err(e) => report.errors.push(format!("firewall rules of {name}: {e}")),
