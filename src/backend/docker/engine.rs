@@ -182,9 +182,27 @@ pub fn notes(engine: &Engine, address: &str) -> Vec<String> {
     out.push("Podman lists every runtime its containers.conf names, installed or not: a run naming one that is not installed fails at start".into());
     let rootless = local && HostLimits::listener_uid(address).is_some_and(|uid| uid != 0);
     if rootless {
-        out.push("rootless Podman: proxied runs (egress rules) are refused, they need the host firewall (root); zones must be readable by the user Podman maps the worker to".into());
+        out.push("rootless Podman: proxied runs (egress rules) are refused, they need the host firewall (root); the worker's uid is one of the user's subordinate ids, so zones must be readable (rw zones writable) by it".into());
+        if !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            out.push("rootless Podman on cgroup v1 ignores memory, process and cpu limits: runs say so; use rootful Podman, Docker, or cgroup v2".into());
+        }
     }
     out
+}
+
+/// The limits of a plan that the engine at `address` will not enforce: rootless Podman on
+/// cgroup v1 ignores every resource limit, saying so only in its own log ("Resource limits
+/// are not supported and ignored on cgroups V1 rootless systems"), not to the client.
+pub fn unenforced(engine: &Engine, address: &str, limits: &crate::config::Limits) -> Vec<&'static str> {
+    let cgroup_v2 = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let rootless = || HostLimits::listener_uid(address).is_some_and(|uid| uid != 0);
+    if !engine.is_podman() || cgroup_v2 || !rootless() {
+        return Vec::new();
+    }
+    [(limits.memory_bytes.is_some(), "memory limit"), (limits.pids.is_some(), "process limit"), (limits.cpus.is_some(), "cpu limit")]
+        .into_iter()
+        .filter_map(|(set, what)| set.then_some(what))
+        .collect()
 }
 
 /// What to do when Podman has no init to give a container.

@@ -58,6 +58,12 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Optio
     let mut sighup = sig(SignalKind::hangup())?;
 
     let (docker, engine) = super::connect_engine().await?;
+    if engine.is_podman() {
+        let address = super::client().map(|(a, _)| a).unwrap_or_default();
+        for what in super::engine::unenforced(&engine, &address, &plan.limits) {
+            notes.say(&format!("workcell: warning: not enforced by rootless Podman on cgroup v1: the {what}"));
+        }
+    }
     let image = tokio::select! {
         r = image::ensure(&docker, plan) => r?,
         _ = sigint.recv() => return Ok((130, false)),
