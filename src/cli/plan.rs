@@ -100,6 +100,10 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         print_protected(&plan);
         println!("limits:   {}", limits_text(&plan.limits));
         println!("mcp:      one sandbox per session, commands by {}", crate::run::resident::Exec::summary(&plan.image));
+        match crate::pool::why_not(&plan, crate::backend::Selected::Docker) {
+            None => println!("pool:     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)"),
+            Some(why) => println!("pool:     not pooled: {why}"),
+        }
         match &plan.runtime {
             Some(r) => println!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
             None => println!("runtime:  the Docker daemon's default"),
