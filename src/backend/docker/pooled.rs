@@ -32,8 +32,10 @@ pub fn start(plan: &LaunchPlan, name: &str, entry: &str) -> Result<(), BackendEr
             host.pids_limit = host.pids_limit.map(|p| p.saturating_add(1));
         }
         let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        let slot = super::slots::acquire().await;
         docker.create_container(Some(options), settings.create).await.map_err(|e| DockerError::Api { what: format!("create container {name}"), source: e })?;
         let started = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await;
+        drop(slot);
         if let Some(s) = staging {
             s.release();
         }
@@ -53,6 +55,7 @@ pub fn remove(name: &str) -> Result<(), BackendError> {
     let rt = runtime()?;
     let r = rt.block_on(async {
         let docker = connect().await?;
+        let _slot = super::slots::acquire().await;
         match docker.remove_container(name, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() })).await {
             Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => Ok(()),
             Err(e) => Err(DockerError::Api { what: format!("remove container {name}"), source: e }),

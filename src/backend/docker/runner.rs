@@ -133,6 +133,8 @@ async fn create_and_supervise(
     sink: Sink,
     staging: &mut Option<super::staging::Staging>,
 ) -> Result<Ended, DockerError> {
+    // From create until the start returned: one of the host's few slots (see `slots`).
+    let slot = super::slots::acquire().await;
     docker.create_container(Some(options), settings.create).await.map_err(|e| create_error(plan, e))?;
 
     // Attach before start so no output is lost.
@@ -221,7 +223,9 @@ async fn create_and_supervise(
         })
     };
 
-    if let Err(e) = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await {
+    let started = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await;
+    drop(slot);
+    if let Err(e) = started {
         out_task.abort();
         if let Some(t) = in_task {
             t.abort();
