@@ -187,3 +187,125 @@ impl Meta {
         Value::Object(m)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Limits;
+    use crate::plan::{Network, TmpfsMount, UserSpec};
+
+    fn plan() -> LaunchPlan {
+        LaunchPlan {
+            run_id: "0123456789abcdef".into(),
+            worker: Some("Doc Writer".into()),
+            image: ImageRef::Host,
+            system: Vec::new(),
+            mounts: Vec::new(),
+            tmpfs: vec![TmpfsMount { target: "/tmp".into(), size_bytes: 256 << 20 }],
+            network: Network::Off,
+            egress: None,
+            env: BTreeMap::new(),
+            user: UserSpec { uid: 1000, gid: 1000 },
+            workdir: "/tmp".into(),
+            command: vec!["true".into()],
+            limits: Limits::default(),
+            project_dir: PathBuf::from("/home/u/My Project"),
+            interactive: false,
+            tty: false,
+            runtime: None,
+            copies: Vec::new(),
+            protected: Vec::new(),
+            stdin: None,
+        }
+    }
+
+    fn config() -> Kubernetes {
+        Kubernetes { image: Some("tools:1".into()), ..Kubernetes::default() }
+    }
+
+    fn job(objects: &[Value]) -> &Value {
+        objects.iter().find(|o| o["kind"] == "Job").expect("a Job")
+    }
+
+    #[test]
+    fn host_and_build_images_need_a_cluster_image() {
+        let mut p = plan();
+        let e = render(&p, &[], &Kubernetes::default()).expect_err("host");
+        assert!(e.to_string().contains("image: host") && e.to_string().contains("kubernetes: {image: IMAGE}"), "{e}");
+        p.image = ImageRef::Build(PathBuf::from("/p/images/doc"));
+        let e = render(&p, &[], &Kubernetes::default()).expect_err("build");
+        assert!(e.to_string().contains("image: build: /p/images/doc"), "{e}");
+        let objects = render(&p, &[], &config()).expect("rendered");
+        assert_eq!(job(&objects)["spec"]["template"]["spec"]["containers"][0]["image"], "tools:1");
+        p.image = ImageRef::Named("python:3.12".into());
+        let objects = render(&p, &[], &config()).expect("rendered");
+        assert_eq!(job(&objects)["spec"]["template"]["spec"]["containers"][0]["image"], "python:3.12", "the worker's own image wins");
+    }
+
+    #[test]
+    fn names_and_labels_from_any_worker_name() {
+        let objects = render(&plan(), &[], &config()).expect("rendered");
+        let meta = &job(&objects)["metadata"];
+        assert_eq!(meta["name"], "workcell-doc-writer-0123456789abcdef");
+        assert_eq!(meta["labels"][LABEL_WORKER], "Doc-Writer");
+        assert_eq!(meta["labels"][LABEL_PROJECT], "My-Project");
+        assert_eq!(meta["annotations"][ANNOTATION_PROJECT_DIR], "/home/u/My Project");
+        let mut p = plan();
+        p.worker = Some("w".repeat(100));
+        let objects = render(&p, &[], &config()).expect("rendered");
+        assert_eq!(job(&objects)["metadata"]["name"].as_str().map(str::len), Some(63));
+    }
+
+    #[test]
+    fn limits_and_deadline() {
+        let mut p = plan();
+        let objects = render(&p, &[], &config()).expect("rendered");
+        let j = job(&objects);
+        assert!(j["spec"].get("activeDeadlineSeconds").is_none());
+        assert!(j["spec"]["template"]["spec"]["containers"][0].get("resources").is_none(), "no limits, no resources");
+        p.limits = Limits { timeout: Some(Duration::from_millis(1500)), memory_bytes: Some(1 << 30), cpus: Some(1.5), pids: Some(64) };
+        let objects = render(&p, &[], &config()).expect("rendered");
+        let j = job(&objects);
+        assert_eq!(j["spec"]["activeDeadlineSeconds"], 2, "rounded up, never shorter");
+        assert_eq!(j["spec"]["template"]["spec"]["containers"][0]["resources"], json!({"limits": {"memory": "1Gi", "cpu": "1500m"}}));
+        assert_eq!(j["metadata"]["annotations"][ANNOTATION_PIDS], "64");
+    }
+
+    #[test]
+    fn runtime_classes() {
+        let mut p = plan();
+        p.runtime = Some("runsc".into());
+        let objects = render(&p, &[], &config()).expect("rendered");
+        assert_eq!(job(&objects)["spec"]["template"]["spec"]["runtimeClassName"], "runsc");
+        let mut c = config();
+        c.runtime_classes.insert("runsc".into(), "gvisor".into());
+        let objects = render(&p, &[], &c).expect("rendered");
+        assert_eq!(job(&objects)["spec"]["template"]["spec"]["runtimeClassName"], "gvisor");
+        p.runtime = Some("My_Runtime".into());
+        let e = render(&p, &[], &config()).expect_err("not a RuntimeClass name");
+        assert!(e.to_string().contains("runtime_classes: {My_Runtime: CLASS}"), "{e}");
+    }
+
+    #[test]
+    fn a_zone_mounted_ro_and_rw_is_one_writable_volume() {
+        let zones = [
+            ZoneMount { zone: "data".into(), target: "/data".into(), sub_path: None, read_only: true, copy: false },
+            ZoneMount { zone: "data".into(), target: "/data/out".into(), sub_path: Some("out".into()), read_only: false, copy: false },
+        ];
+        let mut c = config();
+        c.claims.insert("data".into(), "data-pvc".into());
+        let objects = render(&plan(), &zones, &c).expect("rendered");
+        let pod = &job(&objects)["spec"]["template"]["spec"];
+        let claims: Vec<&Value> = pod["volumes"].as_array().expect("volumes").iter().filter(|v| v.get("persistentVolumeClaim").is_some()).collect();
+        assert_eq!(claims, [&json!({"name": "zone-0", "persistentVolumeClaim": {"claimName": "data-pvc", "readOnly": false}})]);
+        let mounts = &pod["containers"][0]["volumeMounts"];
+        assert_eq!(mounts[1], json!({"name": "zone-0", "mountPath": "/data", "readOnly": true}));
+        assert_eq!(mounts[2], json!({"name": "zone-0", "mountPath": "/data/out", "readOnly": false, "subPath": "out"}));
+        let e = render(&plan(), &zones, &config()).expect_err("no claim");
+        assert_eq!(e, KubernetesError::NoClaim { zone: "data".into() });
+    }
+}
