@@ -39,6 +39,7 @@ const WORKERS: &[(&str, &str)] = &[
         "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n    - {name: out, mode: rw}\nnetwork: false\ncommand: [sh, -c, 'echo \"$HOME $(id -u)\" > /out/who']\nenv: {MODE: fast, PRICE: \"$(NOT_EXPANDED)\"}\nlimits: {timeout: 90s, memory: 128m, cpus: 0.5, pids: 32}\n---\n",
     ),
     ("child", "---\nsandbox:\n  allow_read: [/data/docs]\n  allow_write: [/out/results]\nnetwork: false\ncommand: [ls, /data/docs]\n---\n"),
+    ("grower", "---\nsandbox:\n  allow_read: [/data/docs]\n  allow_write: [/out/later]\nnetwork: false\ncommand: [touch, /out/later/x]\n---\n"),
     ("fetcher", "---\nsandbox:\n  zones:\n    - {name: out, mode: rw}\ncommand: [pip, download, -d, /out, requests]\n---\n"),
     ("gvisor", "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\nnetwork: false\nruntime: runsc\ncommand: [uname, -a]\n---\n"),
     ("copier", "---\nsandbox:\n  zones:\n    - {name: data, mode: ro}\n    - {name: scratch, mode: rw}\nnetwork: false\ncommand: [make, -C, /scratch]\n---\n"),
@@ -219,6 +220,24 @@ fn a_derived_child_mounts_only_its_subdirectories() {
         .map(|m| (m["mountPath"].as_str().unwrap_or("").into(), m["subPath"].as_str().unwrap_or("").into(), m["readOnly"].as_bool().unwrap_or(false)))
         .collect();
     assert_eq!(zones, [("/data/docs".into(), "docs".into(), true), ("/out/results".into(), "results".into(), false)]);
+}
+
+/// A directory granted for writing that does not exist on the host yet (a run would create
+/// it) is mounted all the same: on a cluster the claim decides, and the kubelet makes a
+/// missing `subPath`.
+#[test]
+fn a_granted_directory_not_made_yet_is_mounted() {
+    let (_tmp, dir) = main_project();
+    assert!(!dir.join("out/later").exists());
+    let (_, list) = render(&dir, "grower");
+    let mounts = &job(&list)["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+    let later = mounts.as_array().expect("mounts").iter().find(|m| m["mountPath"] == "/out/later").expect("/out/later mounted");
+    assert_eq!(later["subPath"], "later");
+    assert_eq!(later["readOnly"], false);
+    let env = job(&list)["spec"]["template"]["spec"]["containers"][0]["env"].as_array().expect("env").clone();
+    let zones = env.iter().find(|e| e["name"] == "WORKCELL_ZONES").expect("WORKCELL_ZONES");
+    assert_eq!(zones["value"], "/data/docs:ro,/out/later:rw");
+    assert!(!dir.join("out/later").exists(), "plan creates nothing");
 }
 
 /// A person's text stays literal: the kubelet would expand `$(NAME)` in args and env.

@@ -69,7 +69,32 @@ pub struct ZoneMount {
 /// The zone mounts of `plan`, made from `sandbox` (the one the plan was built from), each
 /// with its zone and its path inside the zone. Only zones: the control files and files the
 /// host runs that other backends bind read-only over them are host files, not the volume's.
+/// Granted directories that do not exist on the host yet are mounted too: on a cluster the
+/// claim's contents decide (the kubelet creates a missing `subPath`).
 pub fn zone_mounts(plan: &LaunchPlan, sandbox: &Sandbox) -> Vec<ZoneMount> {
+    let mut out: Vec<ZoneMount> = existing_mounts(plan, sandbox);
+    for (path, write) in sandbox.pending_roots() {
+        let inside = |m: &&crate::sandbox::Mount| m.mount_point == "/" || path == m.mount_point || path.starts_with(&format!("{}/", m.mount_point));
+        let Some(zone) = sandbox.mounts().iter().filter(inside).max_by_key(|m| m.mount_point.len()) else { continue };
+        let copy = zone.delivery == crate::sandbox::Delivery::Copy;
+        let target = crate::plan::mount_target(sandbox.addressing(), &path);
+        let root = crate::plan::mount_target(sandbox.addressing(), &zone.mount_point);
+        let rest = target.strip_prefix(&root).unwrap_or("").trim_matches('/');
+        out.push(ZoneMount {
+            zone: zone.name.clone(),
+            sub_path: (!rest.is_empty()).then(|| rest.to_string()),
+            // As the plan mounts a zone: writable only with writes pre-approved (or copied).
+            read_only: !(write && (zone.approval.writes_preapproved() || copy)),
+            copy,
+            target,
+        });
+    }
+    // Outer directories before the ones inside them, as the plan orders its mounts.
+    out.sort_by(|a, b| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
+    out
+}
+
+fn existing_mounts(plan: &LaunchPlan, sandbox: &Sandbox) -> Vec<ZoneMount> {
     crate::plan::zone_mounts(sandbox)
         .into_iter()
         .map(|(m, zone)| {

@@ -30,7 +30,17 @@ pub(super) fn job(
     let vols = volumes(plan, zones, config)?;
     let security = container_security(plan);
     let resources = resources(plan);
-    let mut env: Vec<Value> = plan.env.iter().map(|(k, v)| json!({ "name": k, "value": literal(v) })).collect();
+    // `WORKCELL_ZONES` as mounted here: granted directories that do not exist on the host yet
+    // are in it too (a run on the host lists them once it has made them).
+    let listed: Vec<String> = zones.iter().map(|z| format!("{}:{}", z.target, if z.read_only { "ro" } else { "rw" })).collect();
+    let mut env: Vec<Value> = plan
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let v = if k == "WORKCELL_ZONES" { listed.join(",") } else { v.clone() };
+            json!({ "name": k, "value": literal(&v) })
+        })
+        .collect();
     if plan.network == Network::Proxied {
         env.extend(super::network::proxy_env().into_iter().map(|(k, v)| json!({ "name": k, "value": v })));
     }
