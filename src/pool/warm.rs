@@ -15,6 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use super::Claimed;
 use crate::agent::{self, Request, Response};
+use crate::backend::docker::reaper::Reaper;
 use crate::backend::outcome::Explained;
 use crate::backend::supervise::Notes;
 use crate::backend::{BackendError, Finished, Output};
@@ -43,16 +44,25 @@ pub struct Warm {
     stream: UnixStream,
     /// The container's first process (host pid).
     pid: u32,
+    /// Removes the container if workcell is killed: the agent ends it when workcell's
+    /// connection closes, but a host process of the worker's uid can stop the agent.
+    reaper: Option<Reaper>,
 }
 
 impl Claimed {
     /// Wakes the agent and takes its connection (checked like a session sandbox's agent);
     /// an entry that cannot serve (its container was stopped, say) is removed.
     pub(super) fn connect(self, plan: &LaunchPlan) -> Result<Warm, ResidentError> {
+        // From the claim on, as for a cold run's container from its creation: whatever kills
+        // workcell, the container goes (an entry claimed and never woken would wait for ever).
+        let reaper = Reaper::start(&self.record.container);
         match self.open(plan) {
-            Ok((stream, pid)) => Ok(Warm { claimed: self, stream, pid }),
+            Ok((stream, pid)) => Ok(Warm { claimed: self, stream, pid, reaper }),
             Err(e) => {
                 let _ = crate::backend::docker::pooled::remove(&self.record.container);
+                if let Some(r) = reaper {
+                    r.disarm();
+                }
                 Err(e)
             }
         }
@@ -81,12 +91,16 @@ impl Claimed {
 impl Warm {
     /// Runs `plan`'s command in this sandbox, its output on workcell's own, with `broker`
     /// serving the worker. The sandbox is gone when this returns, however the run ended.
-    pub fn run(self, plan: &LaunchPlan, broker: Option<&Broker>) -> Result<Finished, BackendError> {
+    pub fn run(mut self, plan: &LaunchPlan, broker: Option<&Broker>) -> Result<Finished, BackendError> {
         let name = self.claimed.record.container.clone();
+        let reaper = self.reaper.take();
         let result = self.run_in(plan, broker, &name);
         // Interrupted or failed: the container goes now (after a normal end it is gone).
         if result.as_ref().map_or(true, |f| [129, 130, 143].contains(&f.exit_code)) {
             let _ = crate::backend::docker::pooled::remove(&name);
+        }
+        if let Some(r) = reaper {
+            r.disarm();
         }
         result
     }
@@ -106,7 +120,7 @@ impl Warm {
         if let Some(b) = broker {
             b.serve_in(&self.claimed.broker_dir(), plan.user).map_err(|e| BackendError::Service(e.into()))?;
         }
-        let Warm { claimed, stream, pid } = self;
+        let Warm { claimed, stream, pid, .. } = self;
         let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
 
         let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| io("cannot make a pipe")(e.into()))?;
