@@ -209,3 +209,27 @@ fn a_warm_worker_gets_the_process_limit_of_a_cold_one() {
     assert_eq!(warm.status.code(), Some(0), "{}", show("warm", &warm));
     assert_eq!(String::from_utf8_lossy(&warm.stdout), String::from_utf8_lossy(&cold.stdout), "processes left to the worker: warm vs cold");
 }
+
+/// Orphans: each `(true &)` leaves a process whose parent is gone; it ends as a zombie of
+/// the sandbox's first process, holding its place in the process limit until reaped. A cold
+/// run's init reaps them; a warm run's first process (the agent) must too, or a worker that
+/// starts many background jobs runs out of processes only when warm.
+#[test]
+fn a_warm_sandbox_reaps_orphans_like_a_cold_one() {
+    if !ready() {
+        return;
+    }
+    let p = Project::new();
+    // Each orphan's zombie must go before the next is made (a deadline of 10 s each, else
+    // exit 8): more orphans than the process limit, and never a race with the reaper.
+    let script = "i=0; while [ $i -lt 40 ]; do (true &) || exit 9; n=0; \
+        while grep -qs '^State:.Z' /proc/[0-9]*/status; do n=$((n+1)); [ $n -lt 1000 ] || exit 8; sleep 0.01; done; \
+        i=$((i+1)); done; echo done";
+    let args = ["--pids", "16", "--zone", "out=./out:rw", "--", "sh", "-c", script];
+    let cold = p.run(&args).output().expect("cold run");
+    assert_eq!((cold.status.code(), String::from_utf8_lossy(&cold.stdout).as_ref()), (Some(0), "done\n"), "{}", show("cold", &cold));
+    p.fill(&args);
+    let warm = p.run(&args).output().expect("warm run");
+    assert!(p.states().is_empty(), "the pooled sandbox was not taken");
+    assert_eq!((warm.status.code(), String::from_utf8_lossy(&warm.stdout).as_ref()), (Some(0), "done\n"), "{}", show("warm", &warm));
+}
