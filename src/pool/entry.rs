@@ -259,26 +259,44 @@ pub fn drain(project_dir: Option<&Path>) -> (Vec<String>, Vec<String>) {
 /// run that is over — and pooled containers whose entry is gone. Returns what went.
 pub fn gc() -> Vec<String> {
     let mut removed = Vec::new();
+    // The entries first: a container not among those that exist a moment later is gone for
+    // good (an entry is ready only once its container runs; a fill finishing meanwhile is not
+    // taken for stale).
+    let entries = list(None);
     let running = crate::backend::docker::pooled::running().unwrap_or_default();
     let current = super::workcell_binary();
-    for e in list(None) {
+    for e in entries {
         let alive = running.iter().any(|(name, _)| *name == e.container);
         let stale = match e.state {
             "ready" => !alive || read_record(&e.dir).is_none_or(|r| r.fingerprint.get("workcell") != Some(&current)),
             "filling" => e.age_secs > FILL_STALE.as_secs(),
             _ => !alive,
         };
-        if stale {
-            let _ = crate::backend::docker::pooled::remove(&e.container);
-            if std::fs::remove_dir_all(&e.dir).is_ok() {
-                removed.push(format!("pool entry {} ({})", e.id, e.state));
+        if !stale {
+            continue;
+        }
+        // A ready entry is claimed first, as by `drain`: a run (of the binary that filled
+        // it) may be taking it this moment, and then it is that run's.
+        let dir = match e.state {
+            "ready" => {
+                let claimed = e.dir.with_file_name(format!("{}{CLAIMED}", e.id));
+                if std::fs::rename(&e.dir, &claimed).is_err() {
+                    continue;
+                }
+                claimed
             }
+            _ => e.dir.clone(),
+        };
+        let _ = crate::backend::docker::pooled::remove(&e.container);
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(format!("pool entry {} ({})", e.id, e.state));
         }
     }
     // Containers of entries that are gone (a drained or removed pool directory): the label
-    // holds the entry's path without its state.
+    // holds the entry's path without its state, looked for in the order of its states (an
+    // entry renamed between two looks is found at the next).
     for (name, dir) in running {
-        let exists = ["", FILLING, CLAIMED].iter().any(|s| Path::new(&format!("{dir}{s}")).exists());
+        let exists = [FILLING, "", CLAIMED].iter().any(|s| Path::new(&format!("{dir}{s}")).exists());
         if !exists && crate::backend::docker::pooled::remove(&name).is_ok() {
             removed.push(format!("pooled container {name}"));
         }
