@@ -4,7 +4,8 @@
 //! kills the container's first process, and waits until it is gone before the protected
 //! paths are swept (nothing of the worker runs any more by then). If workcell itself is
 //! killed, the agent sees the connection close and ends everything (the container goes
-//! with its first process; the daemon removes it).
+//! with its first process; the daemon removes it), and the run's watchdog
+//! ([`Reaper`], started at the claim) removes the container whatever state the agent is in.
 
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};

@@ -1,6 +1,7 @@
 //! The Docker side of the pool ([`crate::pool`]): a container started ahead of its run,
-//! left running without a watchdog (its entry in the pool directory is what keeps track of
-//! it), removed by the daemon itself when its first process ends (`AutoRemove`).
+//! left running without a watchdog until a run claims it (its entry in the pool directory
+//! is what keeps track of it; the claiming run starts one), removed by the daemon itself
+//! when its first process ends (`AutoRemove`).
 
 use std::collections::HashMap;
 
@@ -31,7 +32,8 @@ pub fn start(plan: &LaunchPlan, name: &str, entry: &str) -> Result<(), BackendEr
         }
         if let Some(host) = settings.create.host_config.as_mut() {
             // Gone with its first process: at the end of the run that claims it, or when that
-            // run's workcell dies (the agent then ends everything it started, and itself).
+            // run's workcell dies (the agent then ends everything it started, and itself; the
+            // run's watchdog removes the container too).
             host.auto_remove = Some(true);
             // The agent's tasks in place of a cold run's init (one, when it has one): the
             // worker's commands get exactly the limit they would get cold.
