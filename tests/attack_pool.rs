@@ -233,3 +233,29 @@ fn a_warm_sandbox_reaps_orphans_like_a_cold_one() {
     assert!(p.states().is_empty(), "the pooled sandbox was not taken");
     assert_eq!((warm.status.code(), String::from_utf8_lossy(&warm.stdout).as_ref()), (Some(0), "done\n"), "{}", show("warm", &warm));
 }
+
+/// A run killed between its claim (the rename to `ID.claimed`) and the wake leaves an
+/// entry whose agent waits for ever: `gc` must remove it and its container once the claim
+/// is old, as it removes any other leftover of a killed run. (The state is made here the
+/// way such a run leaves it; the kill itself cannot be aimed at that instant.)
+#[test]
+fn gc_removes_a_claim_whose_run_died_before_the_wake() {
+    if !ready() {
+        return;
+    }
+    let p = Project::new();
+    p.fill(&["--zone", "out=./out:rw", "--", "true"]);
+    let out = p.workcell().args(["pool", "ls", "--json"]).output().expect("pool ls");
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).expect("pool ls --json");
+    let id = list[0]["id"].as_str().expect("an entry").to_string();
+    let base = std::path::Path::new("/run/workcell/pool");
+    let claimed = base.join(format!("{id}.claimed"));
+    std::fs::rename(base.join(&id), &claimed).expect("claim the entry");
+    let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::open(&claimed).and_then(|f| f.set_modified(long_ago)).expect("age the claim");
+    assert_eq!(p.containers().len(), 1);
+    let gc = p.workcell().arg("gc").output().expect("gc");
+    assert!(gc.status.success(), "{}", show("gc", &gc));
+    assert!(wait_until(Duration::from_secs(20), || p.containers().is_empty()), "gc left the container {:?}", p.containers());
+    assert!(!claimed.exists(), "gc left the claimed entry");
+}
