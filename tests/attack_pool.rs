@@ -259,3 +259,29 @@ fn gc_removes_a_claim_whose_run_died_before_the_wake() {
     assert!(wait_until(Duration::from_secs(20), || p.containers().is_empty()), "gc left the container {:?}", p.containers());
     assert!(!claimed.exists(), "gc left the claimed entry");
 }
+
+/// A protected file replaced by itself between the fill and the run: a second link made to
+/// `.git/config`, the name unlinked and linked again. The object (and so the plan compared
+/// at the claim) is the same, but the pooled container's read-only bind of that name went
+/// with the unlink: the run must not find the file writable where a cold run has it
+/// read-only.
+#[test]
+fn a_protected_file_relinked_after_the_fill_stays_read_only() {
+    if !ready() {
+        return;
+    }
+    let p = Project::new();
+    let git = p.dir.join("out/.git");
+    std::fs::create_dir(&git).expect("mkdir .git");
+    std::fs::write(git.join("config"), "[core]\n").expect("write config");
+    give_to_worker(&git);
+    let args = ["--zone", "out=./out:rw", "--", "sh", "-c", "echo '[core] fsmonitor = evil' >> /out/.git/config"];
+    p.fill(&args);
+    std::fs::hard_link(git.join("config"), git.join("config.2")).expect("link");
+    std::fs::remove_file(git.join("config")).expect("unlink");
+    std::fs::hard_link(git.join("config.2"), git.join("config")).expect("link again");
+    std::fs::remove_file(git.join("config.2")).expect("unlink the second name");
+    let out = p.run(&args).output().expect("run");
+    assert_ne!(out.status.code(), Some(0), "{}", show("run", &out));
+    assert_eq!(std::fs::read_to_string(git.join("config")).expect("read config"), "[core]\n", "the worker wrote .git/config");
+}

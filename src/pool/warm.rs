@@ -85,8 +85,57 @@ impl Claimed {
         drop(wake);
         let pid = crate::backend::docker::pooled::main_pid(name).ok_or_else(|| ResidentError::Ended(format!("container {name} does not run")))?;
         verify_agent(&stream, plan.user.uid, Some(pid))?;
+        protected_binds_held(pid, plan).map_err(ResidentError::Ended)?;
         Ok((stream, pid))
     }
+}
+
+/// Checks that every protected path the run's plan finds bound read-only is still so in the
+/// container of first process `pid`. The plans compared at the claim name the same objects,
+/// but a file's bind in the container goes when its name is unlinked on the host (a link
+/// made to it first keeps the object, and so the plan's identity, the same); the run would
+/// then find that file writable where a cold run has it read-only.
+fn protected_binds_held(pid: u32, plan: &LaunchPlan) -> Result<(), String> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).map_err(|e| format!("cannot read its mounts ({e})"))?;
+    // Mount point → whether the topmost mount there is read-only (later lines are on top).
+    let mut read_only = std::collections::HashMap::new();
+    for line in table.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if let (Some(point), Some(options)) = (fields.get(4), fields.get(5)) {
+            read_only.insert(unescape(point), options.split(',').any(|o| o == "ro"));
+        }
+    }
+    for area in &plan.protected {
+        for bound in &area.bound {
+            let path = format!("{}/{}", area.target.trim_end_matches('/'), bound.path);
+            if read_only.get(&path) != Some(&true) {
+                return Err(format!("the read-only bind of its protected path {} is gone", crate::term::escape(&path)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A mount point as `/proc/PID/mountinfo` writes it: space, tab, newline and backslash as
+/// three octal digits after a backslash.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(b)) => {
+                out.push(b);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Warm {
