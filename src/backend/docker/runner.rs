@@ -145,7 +145,9 @@ async fn create_and_supervise(
     let mut input = attached.input;
     let command = crate::term::escape(plan.command.first().map(String::as_str).unwrap_or_default()).into_owned();
     let tty = plan.tty;
+    let (pipe_docker, pipe_name) = (docker.clone(), name.to_string());
     let out_task = tokio::spawn(async move {
+        let mut piped = false;
         let mut stdout = tokio::io::stdout();
         let mut stderr = tokio::io::stderr();
         let mut filter = InitErrorFilter::new(command, tty);
@@ -168,8 +170,20 @@ async fn create_and_supervise(
             // container is not blocked on a full pipe.
             let _ = match frame {
                 LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                    let r = stdout.write_all(&message).await;
-                    let _ = stdout.flush().await;
+                    // tokio writes on a thread of its own: a write's failure shows at the
+                    // flush (or the next write).
+                    let r = match stdout.write_all(&message).await {
+                        Ok(()) => stdout.flush().await,
+                        e => e,
+                    };
+                    // Our stdout's reader is gone (`workcell run … | head -1`): the worker
+                    // gets the SIGPIPE it would get writing to that pipe itself (through
+                    // the container's init), instead of writing into the drain for ever.
+                    if !piped && r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+                        piped = true;
+                        let opts = bollard::query_parameters::KillContainerOptions { signal: "SIGPIPE".into() };
+                        let _ = pipe_docker.kill_container(&pipe_name, Some(opts)).await;
+                    }
                     r
                 }
                 LogOutput::StdErr { message } => {
