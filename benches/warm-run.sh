@@ -5,8 +5,9 @@
 #   docker run --rm  the same image, mounts and hardening flags (rendered from
 #                    `workcell plan --json`, as benches/docker-run.sh does);
 #   warm (pool)      the same run claiming a pre-started sandbox: before each timed run,
-#                    `workcell pool fill --size 1` (not timed) leaves one ready. Skipped,
-#                    and said so, while this workcell has no `pool` command.
+#                    `workcell pool fill --size 1` (not timed) leaves one ready. The timed
+#                    run includes ending the container (the daemon's removal of it, with
+#                    AutoRemove, happens after workcell has exited).
 # Goal of the issue: warm <= 0.2x `docker run --rm`.
 #
 # Usage: benches/warm-run.sh [WORKCELL_BINARY] [RUNS]
@@ -93,5 +94,10 @@ cat "$dir/result.md"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 # Nothing may be left behind.
 if $pool; then "$workcell" pool drain >/dev/null; fi
-left=$(docker ps -aq --filter label=dev.workcell.project="$dir")
+# (A warm run's container is removed by the daemon just after the run: give it a moment.)
+for _ in $(seq 50); do
+  left=$(docker ps -aq --filter label=dev.workcell.project="$dir")
+  [ -z "$left" ] && break
+  sleep 0.2
+done
 [ -z "$left" ] || { echo "left behind: containers $left" >&2; exit 1; }

@@ -308,6 +308,27 @@ mod body {
         assert!(stdout(&on).contains("reached"));
     }
 
+    /// `workcell run … | head -1`: once the reader of workcell's stdout is gone, the worker
+    /// ends (SIGPIPE, as when it writes to that pipe itself) and so does the run.
+    pub fn closed_stdout_ends_the_run(backend: &str) {
+        use std::io::BufRead;
+        let s = Scratch::new();
+        s.mkdir("in");
+        let args = ["--zone", "in=./in:ro", "--", "yes"];
+        prefill(backend, &s.root, &args);
+        let mut child =
+            workcell(backend, &s.root).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("start workcell");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("a line");
+        assert_eq!(line, "y\n");
+        // The reader is dropped: the pipe has no reader any more.
+        let ended = wait_until(Duration::from_secs(60), || child.try_wait().expect("try_wait").is_some());
+        if !ended {
+            let _ = child.kill();
+        }
+        assert!(ended, "the run went on after the reader of its output was gone");
+    }
+
     pub fn exit_statuses(backend: &str) {
         let s = Scratch::new();
         let zone = s.mkdir("in");
@@ -354,6 +375,7 @@ backend_suite!(
         timeout_kills_everything,
         killing_workcell_kills_worker,
         exit_statuses,
+        closed_stdout_ends_the_run,
         memory_hog_is_killed,
         fork_bomb_is_contained,
         root_is_read_only,
@@ -507,6 +529,7 @@ backend_suite!(
         timeout_kills_everything,
         killing_workcell_kills_worker,
         exit_statuses,
+        closed_stdout_ends_the_run,
         memory_hog_is_killed,
         fork_bomb_is_contained,
         root_is_read_only,

@@ -64,6 +64,11 @@ pub struct Request {
 /// [`Request::timeout_ms`] of a command without a timeout.
 pub const NO_TIMEOUT: u64 = u64::MAX;
 
+/// The agent's tasks while a warm run's command runs ([`Request::stdio`]): its own thread,
+/// the one waiting for the command, the one watching workcell's connection. They count
+/// against the sandbox's process limit.
+pub const STDIO_TASKS: i64 = 3;
+
 /// Sends `out` and `err` over `stream` (one byte carrying them), after a [`Request`] with
 /// `stdio` set.
 pub fn send_stdio(stream: &std::os::unix::net::UnixStream, out: std::os::fd::BorrowedFd<'_>, err: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {

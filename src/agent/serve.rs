@@ -150,12 +150,12 @@ enum Event {
 
 /// Waits for `child` within `timeout_ms`; kills its group when the time is up (or at a
 /// hangup, when `hangup` is given). Returns its status and whether the timeout ended it.
-fn wait(mut child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStream>) -> (std::io::Result<std::process::ExitStatus>, bool) {
+fn wait(child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStream>) -> (std::io::Result<std::process::ExitStatus>, bool) {
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     let exited = tx.clone();
     std::thread::spawn(move || {
-        let _ = exited.send(Event::Exited(child.wait()));
+        let _ = exited.send(Event::Exited(wait_reaping(child)));
     });
     if let Some(mut s) = hangup {
         std::thread::spawn(move || {
@@ -190,6 +190,24 @@ fn wait(mut child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStre
         Err(_) => {
             kill();
             (exited(&rx), true)
+        }
+    }
+}
+
+/// Waits for `child`, reaping every other child that ends meanwhile: as a pooled sandbox's
+/// first process the agent inherits the command's orphans, and a zombie holds its place in
+/// the process limit until it is reaped (in a cold run the container's init reaps it).
+fn wait_reaping(child: std::process::Child) -> std::io::Result<std::process::ExitStatus> {
+    let pid = child.id() as i32;
+    // Dropping a `Child` leaves its process alone; it is reaped here.
+    drop(child);
+    loop {
+        // Any child (`waitpid(-1)`): the command and its orphans are in process groups of
+        // their own.
+        match rustix::process::wait(rustix::process::WaitOptions::empty()) {
+            Ok(Some((p, status))) if p.as_raw_nonzero().get() == pid => return Ok(std::process::ExitStatus::from_raw(status.as_raw())),
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -291,7 +309,8 @@ fn kill_leftovers(keep: &HashSet<u32>) -> u32 {
     killed.len() as u32
 }
 
-/// Collects exited children without waiting.
+/// Collects exited children without waiting (any child: `waitpid(None)` would look only in
+/// the agent's own process group, and each command has a group of its own).
 fn reap() {
-    while let Ok(Some(_)) = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG) {}
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
 }

@@ -53,6 +53,9 @@ pub enum BackendError {
     /// A plan with network rules came without the proxy that enforces them.
     #[error("the plan's network is filtered by rules, but no egress proxy was started for the run; refusing to run it without one")]
     EgressMissing,
+    /// `--backend kubernetes` for a run: the Kubernetes backend only renders manifests.
+    #[error("the kubernetes backend is rendered only: workcell cannot run a worker on a cluster. Use `workcell plan --backend kubernetes [WORKER] > job.yaml` and `kubectl apply -f job.yaml`")]
+    RenderedOnly,
     /// Anything else that stopped workcell itself (exit 125).
     #[error("{0}")]
     Failed(String),
@@ -63,6 +66,7 @@ pub mod capture;
 pub mod cgroup;
 pub mod docker;
 pub mod egress;
+pub mod kubernetes;
 pub mod none;
 pub mod outcome;
 pub mod seatbelt;
@@ -136,6 +140,7 @@ fn select_any(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool
         BackendChoice::Bwrap => host_image_only(plan, "bwrap").and_then(|_| bwrap::locate()).map(|_| Selected::Bwrap),
         BackendChoice::Seatbelt => host_image_only(plan, "seatbelt").and_then(|_| seatbelt::probe()).map(|_| Selected::Seatbelt),
         BackendChoice::None => Ok(Selected::None),
+        BackendChoice::Kubernetes => Err(BackendError::RenderedOnly),
         BackendChoice::Auto => {
             let docker_err = match docker::probe() {
                 Ok(_) => return Ok(Selected::Docker),
@@ -174,6 +179,7 @@ fn with_runtime(choice: BackendChoice, runtime: &str) -> Result<Selected, Backen
         BackendChoice::Bwrap => refuse("bwrap"),
         BackendChoice::Seatbelt => refuse("seatbelt"),
         BackendChoice::None => refuse("none"),
+        BackendChoice::Kubernetes => Err(BackendError::RenderedOnly),
         BackendChoice::Docker | BackendChoice::Auto => {
             docker::probe().map_err(|e| match (choice, e) {
                 (BackendChoice::Auto, BackendError::Unavailable { reason, fix, .. }) => BackendError::Unavailable {

@@ -43,6 +43,9 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
     // Before serving: the tools act as the worker, so a zone its user cannot use is refused
     // now, as a run would refuse it.
     let choice = args.backend.unwrap_or(project.defaults.backend);
+    if choice == BackendChoice::Kubernetes {
+        return Err(CliError::Usage(crate::backend::BackendError::RenderedOnly.to_string()));
+    }
     if choice != BackendChoice::None {
         let user = crate::plan::worker_user(&project.dir, project.defaults.user);
         crate::plan::access::check_sandbox(&sandbox, user, choice == BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string()))?;

@@ -15,7 +15,8 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     /// Print this backend's rendering instead of the summary (bwrap: the command line;
-    /// seatbelt: the profile and its parameters).
+    /// seatbelt: the profile and its parameters; kubernetes: the manifests to `kubectl
+    /// apply`, with --json as one List).
     #[arg(long, value_enum)]
     pub backend: Option<crate::config::BackendChoice>,
     /// Docker runtime to plan under, as `workcell run --runtime`.
@@ -40,6 +41,9 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     // A zone the worker's user cannot use: the plan is shown, then refused as a run would be.
     // (Seatbelt and none run the worker as workcell's own user, not as the plan's.)
     let choice = args.backend.unwrap_or(project.defaults.backend);
+    if choice == crate::config::BackendChoice::Kubernetes {
+        return print_kubernetes(args, &plan, &sandbox, &project.kubernetes);
+    }
     let access = match choice {
         crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
         _ => crate::plan::access::check_sandbox(&sandbox, plan.user, choice == crate::config::BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string())),
@@ -100,6 +104,10 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         print_protected(&plan);
         println!("limits:   {}", limits_text(&plan.limits));
         println!("mcp:      one sandbox per session, commands by {}", crate::run::resident::Exec::summary(&plan.image));
+        match crate::pool::why_not(&plan, crate::backend::Selected::Docker) {
+            None => println!("pool:     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)"),
+            Some(why) => println!("pool:     not pooled: {why}"),
+        }
         match &plan.runtime {
             Some(r) => println!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
             None => println!("runtime:  the Docker daemon's default"),
@@ -184,6 +192,20 @@ fn bytes_text(n: u64) -> String {
         }
     }
     format!("{n} bytes")
+}
+
+/// The Kubernetes manifests of `plan`: YAML documents, or with `--json` one `List`. The
+/// host's access check does not apply: the cluster's volumes are not the host's directories.
+fn print_kubernetes(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sandbox, config: &crate::config::Kubernetes) -> Result<i32, CliError> {
+    use crate::backend::kubernetes;
+    let zones = kubernetes::zone_mounts(plan, sandbox);
+    let objects = kubernetes::render(plan, &zones, config).map_err(|e| CliError::Usage(e.to_string()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&kubernetes::as_list(objects)).unwrap_or_default());
+    } else {
+        print!("{}", kubernetes::to_yaml(&objects));
+    }
+    Ok(0)
 }
 
 fn print_rendering(text: String) -> i32 {

@@ -230,6 +230,10 @@ pub(super) fn prepare(cli: &Cli, args: &RunArgs, pool: Option<&Path>) -> Result<
         inherited_runtime: None,
     };
     let choice = args.backend.or(worker.and_then(|w| w.backend)).unwrap_or(project.defaults.backend);
+    // Before anything is copied or started (delivery: copy copies while the session is prepared).
+    if choice == BackendChoice::Kubernetes {
+        return Err(CliError::Usage(crate::backend::BackendError::RenderedOnly.to_string()));
+    }
     let worker = worker.cloned();
     let worker = worker.as_ref();
     let project = Arc::new(project);

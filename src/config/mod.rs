@@ -2,6 +2,7 @@
 //! invalid with file, line and column, and turn the result into one resolved [`Project`]:
 //! a project [`Sandbox`] and the workers with their effective sandboxes.
 
+mod kubernetes;
 mod limits;
 mod mounts;
 mod network;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde_saphyr::{Location, MessageFormatter, Spanned};
 
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Sandbox, ZoneMode};
+pub use kubernetes::Kubernetes;
 pub(crate) use limits::{limits_from, located};
 pub use limits::{parse_count, parse_cpus, parse_file_size, parse_memory, parse_pids, parse_timeout, LimitError, Limits};
 pub use mounts::{check_mount_point, MountError};
@@ -231,6 +233,8 @@ pub struct Project {
     pub broken: BTreeMap<String, ConfigError>,
     /// The `build:` folder each refused worker file names, when it can still be read.
     pub broken_builds: BTreeMap<String, PathBuf>,
+    /// `kubernetes:`: what `workcell plan --backend kubernetes` renders with.
+    pub kubernetes: Kubernetes,
 }
 
 impl Project {
@@ -407,6 +411,7 @@ impl Project {
         let network = network::project_access(rs.network.as_ref(), &diag)?;
         let sandbox = Sandbox::new(mounts, addressing, network).map_err(|e| diag.whole(e.to_string()))?.with_host_protection(protection);
 
+        let kubernetes = kubernetes::kubernetes_from(raw.kubernetes.as_ref(), &sandbox, &diag)?;
         let rd = raw.defaults.unwrap_or_default();
         let defaults = Defaults {
             image: match &rd.image {
@@ -431,6 +436,7 @@ impl Project {
             workers: BTreeMap::new(),
             broken: BTreeMap::new(),
             broken_builds: BTreeMap::new(),
+            kubernetes,
         };
         (project.workers, project.broken, project.broken_builds) = worker::load_all(&project);
         // The config, worker files, audit log and build folders are out of the tool

@@ -22,6 +22,9 @@ pub struct RawProject {
     pub sandbox: Option<RawSandbox>,
     /// Defaults for every worker (image, backend, limits).
     pub defaults: Option<RawDefaults>,
+    /// What `workcell plan --backend kubernetes` renders with: namespace, image, a volume
+    /// claim per zone, RuntimeClasses.
+    pub kubernetes: Option<super::kubernetes::RawKubernetes>,
 }
 
 /// `sandbox:` of the project: exactly one of `zones`, `paths`, `root` (mapping) or `mounts`.
@@ -295,6 +298,10 @@ pub enum BackendChoice {
     Seatbelt,
     /// No isolation; only when explicitly chosen.
     None,
+    /// Rendered only (`workcell plan --backend kubernetes`): no run uses it, and the config
+    /// files do not take it (a run would always be refused).
+    #[serde(skip_deserializing)]
+    Kubernetes,
 }
 
 /// `defaults:` of the project.

@@ -346,7 +346,7 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
 }
 
 /// [`mounts_for`], each with the name of the sandbox mount it belongs to.
-fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
+pub fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
     let target_of = |sandbox_path: &str| mount_target(sandbox.addressing(), sandbox_path);
     // A copy-delivered zone is writable in its private copy: its approval is asked before
     // the result is published instead.

@@ -18,6 +18,9 @@ const FILLING: &str = ".filling";
 const CLAIMED: &str = ".claimed";
 /// An entry still filling after this long belongs to a `pool fill` that died.
 const FILL_STALE: Duration = Duration::from_secs(600);
+/// A claimed entry whose agent still waits to be woken this long after the claim belongs to
+/// a run that died between its claim and the wake (a run wakes it at once).
+const CLAIM_STALE: Duration = Duration::from_secs(60);
 
 /// What a pooled sandbox was made of, written when it is ready.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -174,6 +177,8 @@ pub(super) fn claim_matching(base: &Path, project_dir: &Path, wanted: &Value) ->
         let claimed = base.join(format!("{name}{CLAIMED}"));
         // One rename wins; a concurrent run that lost tries the next entry.
         if std::fs::rename(&dir, &claimed).is_ok() {
+            // Its age is now that of the claim (`gc` tells a claim whose run died by it).
+            let _ = std::fs::File::open(&claimed).and_then(|f| f.set_modified(SystemTime::now()));
             tracing::debug!(entry = %name, "warm start: claimed a pooled sandbox");
             return Some(Claimed { dir: claimed, record });
         }
@@ -254,31 +259,58 @@ pub fn drain(project_dir: Option<&Path>) -> (Vec<String>, Vec<String>) {
     (removed, errors)
 }
 
+/// Whether the agent of the entry in `dir` still waits on its FIFO: opening it for writing
+/// without blocking succeeds only then (and wakes the agent, which finds no socket and
+/// ends, its container with it).
+fn never_woken(dir: &Path) -> bool {
+    let fifo = dir.join(AGENT_DIR).join(WAKE);
+    rustix::fs::open(&fifo, rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).is_ok()
+}
+
 /// `workcell gc`: the entries no run can use any more — started by another workcell binary,
-/// whose container no longer runs, left filling by a `pool fill` that died, or claimed by a
-/// run that is over — and pooled containers whose entry is gone. Returns what went.
+/// whose container no longer runs, left filling by a `pool fill` that died, claimed by a
+/// run that is over or that died before it woke the agent — and pooled containers whose
+/// entry is gone. Returns what went.
 pub fn gc() -> Vec<String> {
     let mut removed = Vec::new();
+    // The entries first: a container not among those that exist a moment later is gone for
+    // good (an entry is ready only once its container runs; a fill finishing meanwhile is not
+    // taken for stale).
+    let entries = list(None);
     let running = crate::backend::docker::pooled::running().unwrap_or_default();
     let current = super::workcell_binary();
-    for e in list(None) {
+    for e in entries {
         let alive = running.iter().any(|(name, _)| *name == e.container);
         let stale = match e.state {
             "ready" => !alive || read_record(&e.dir).is_none_or(|r| r.fingerprint.get("workcell") != Some(&current)),
             "filling" => e.age_secs > FILL_STALE.as_secs(),
-            _ => !alive,
+            _ => !alive || (e.age_secs > CLAIM_STALE.as_secs() && never_woken(&e.dir)),
         };
-        if stale {
-            let _ = crate::backend::docker::pooled::remove(&e.container);
-            if std::fs::remove_dir_all(&e.dir).is_ok() {
-                removed.push(format!("pool entry {} ({})", e.id, e.state));
+        if !stale {
+            continue;
+        }
+        // A ready entry is claimed first, as by `drain`: a run (of the binary that filled
+        // it) may be taking it this moment, and then it is that run's.
+        let dir = match e.state {
+            "ready" => {
+                let claimed = e.dir.with_file_name(format!("{}{CLAIMED}", e.id));
+                if std::fs::rename(&e.dir, &claimed).is_err() {
+                    continue;
+                }
+                claimed
             }
+            _ => e.dir.clone(),
+        };
+        let _ = crate::backend::docker::pooled::remove(&e.container);
+        if std::fs::remove_dir_all(&dir).is_ok() {
+            removed.push(format!("pool entry {} ({})", e.id, e.state));
         }
     }
     // Containers of entries that are gone (a drained or removed pool directory): the label
-    // holds the entry's path without its state.
+    // holds the entry's path without its state, looked for in the order of its states (an
+    // entry renamed between two looks is found at the next).
     for (name, dir) in running {
-        let exists = ["", FILLING, CLAIMED].iter().any(|s| Path::new(&format!("{dir}{s}")).exists());
+        let exists = [FILLING, "", CLAIMED].iter().any(|s| Path::new(&format!("{dir}{s}")).exists());
         if !exists && crate::backend::docker::pooled::remove(&name).is_ok() {
             removed.push(format!("pooled container {name}"));
         }

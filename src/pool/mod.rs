@@ -111,13 +111,18 @@ pub fn why_not(plan: &LaunchPlan, selected: Selected) -> Option<String> {
 }
 
 /// Binds the pool entry `entry` into `plan` (`workcell pool fill`): the agent's directory
-/// and program, the broker's directory when `broker`, and the agent waiting as the command.
+/// and program, the broker's directory when `broker`, the agent waiting as the command, and
+/// an empty environment.
 pub fn attach(plan: &mut LaunchPlan, entry: &Path, broker: bool) -> std::io::Result<()> {
     plan.attach_agent(&entry.join(entry::AGENT_DIR))?;
     if broker {
         // The runs that claim it bind their own socket here and set their own token.
         plan.attach_broker(&entry.join(entry::BROKER_DIR), "");
     }
+    // Nothing of the runs' environment: each run sends its command its own, and what the
+    // filler was given (`--env`, passed-through host variables) must not wait in the
+    // container's processes for a run that was not given it.
+    plan.env.clear();
     let dir = crate::agent::SOCKET_DIR;
     plan.command =
         vec![crate::agent::PROGRAM.into(), "__agent".into(), "--wake".into(), format!("{dir}/{WAKE}"), format!("{dir}/{}", crate::agent::SOCKET_NAME)];

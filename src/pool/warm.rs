@@ -4,7 +4,8 @@
 //! kills the container's first process, and waits until it is gone before the protected
 //! paths are swept (nothing of the worker runs any more by then). If workcell itself is
 //! killed, the agent sees the connection close and ends everything (the container goes
-//! with its first process; the daemon removes it).
+//! with its first process; the daemon removes it), and the run's watchdog
+//! ([`Reaper`], started at the claim) removes the container whatever state the agent is in.
 
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
@@ -15,6 +16,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use super::Claimed;
 use crate::agent::{self, Request, Response};
+use crate::backend::docker::reaper::Reaper;
 use crate::backend::outcome::Explained;
 use crate::backend::supervise::Notes;
 use crate::backend::{BackendError, Finished, Output};
@@ -43,16 +45,25 @@ pub struct Warm {
     stream: UnixStream,
     /// The container's first process (host pid).
     pid: u32,
+    /// Removes the container if workcell is killed: the agent ends it when workcell's
+    /// connection closes, but a host process of the worker's uid can stop the agent.
+    reaper: Option<Reaper>,
 }
 
 impl Claimed {
     /// Wakes the agent and takes its connection (checked like a session sandbox's agent);
     /// an entry that cannot serve (its container was stopped, say) is removed.
     pub(super) fn connect(self, plan: &LaunchPlan) -> Result<Warm, ResidentError> {
+        // From the claim on, as for a cold run's container from its creation: whatever kills
+        // workcell, the container goes (an entry claimed and never woken would wait for ever).
+        let reaper = Reaper::start(&self.record.container);
         match self.open(plan) {
-            Ok((stream, pid)) => Ok(Warm { claimed: self, stream, pid }),
+            Ok((stream, pid)) => Ok(Warm { claimed: self, stream, pid, reaper }),
             Err(e) => {
                 let _ = crate::backend::docker::pooled::remove(&self.record.container);
+                if let Some(r) = reaper {
+                    r.disarm();
+                }
                 Err(e)
             }
         }
@@ -74,19 +85,72 @@ impl Claimed {
         drop(wake);
         let pid = crate::backend::docker::pooled::main_pid(name).ok_or_else(|| ResidentError::Ended(format!("container {name} does not run")))?;
         verify_agent(&stream, plan.user.uid, Some(pid))?;
+        protected_binds_held(pid, plan).map_err(ResidentError::Ended)?;
         Ok((stream, pid))
     }
+}
+
+/// Checks that every protected path the run's plan finds bound read-only is still so in the
+/// container of first process `pid`. The plans compared at the claim name the same objects,
+/// but a file's bind in the container goes when its name is unlinked on the host (a link
+/// made to it first keeps the object, and so the plan's identity, the same); the run would
+/// then find that file writable where a cold run has it read-only.
+fn protected_binds_held(pid: u32, plan: &LaunchPlan) -> Result<(), String> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).map_err(|e| format!("cannot read its mounts ({e})"))?;
+    // Mount point → whether the topmost mount there is read-only (later lines are on top).
+    let mut read_only = std::collections::HashMap::new();
+    for line in table.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if let (Some(point), Some(options)) = (fields.get(4), fields.get(5)) {
+            read_only.insert(unescape(point), options.split(',').any(|o| o == "ro"));
+        }
+    }
+    for area in &plan.protected {
+        for bound in &area.bound {
+            let path = format!("{}/{}", area.target.trim_end_matches('/'), bound.path);
+            if read_only.get(&path) != Some(&true) {
+                return Err(format!("the read-only bind of its protected path {} is gone", crate::term::escape(&path)));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A mount point as `/proc/PID/mountinfo` writes it: space, tab, newline and backslash as
+/// three octal digits after a backslash.
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| std::str::from_utf8(d).ok()).and_then(|d| u8::from_str_radix(d, 8).ok());
+        match (bytes[i], octal) {
+            (b'\\', Some(b)) => {
+                out.push(b);
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Warm {
     /// Runs `plan`'s command in this sandbox, its output on workcell's own, with `broker`
     /// serving the worker. The sandbox is gone when this returns, however the run ended.
-    pub fn run(self, plan: &LaunchPlan, broker: Option<&Broker>) -> Result<Finished, BackendError> {
+    pub fn run(mut self, plan: &LaunchPlan, broker: Option<&Broker>) -> Result<Finished, BackendError> {
         let name = self.claimed.record.container.clone();
+        let reaper = self.reaper.take();
         let result = self.run_in(plan, broker, &name);
         // Interrupted or failed: the container goes now (after a normal end it is gone).
         if result.as_ref().map_or(true, |f| [129, 130, 143].contains(&f.exit_code)) {
             let _ = crate::backend::docker::pooled::remove(&name);
+        }
+        if let Some(r) = reaper {
+            r.disarm();
         }
         result
     }
@@ -106,7 +170,7 @@ impl Warm {
         if let Some(b) = broker {
             b.serve_in(&self.claimed.broker_dir(), plan.user).map_err(|e| BackendError::Service(e.into()))?;
         }
-        let Warm { claimed, stream, pid } = self;
+        let Warm { claimed, stream, pid, .. } = self;
         let pidfd = rustix::process::Pid::from_raw(pid as i32).and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
 
         let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| io("cannot make a pipe")(e.into()))?;

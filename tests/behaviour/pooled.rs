@@ -62,6 +62,7 @@ backend_suite!(
         timeout_kills_everything,
         killing_workcell_kills_worker,
         exit_statuses,
+        closed_stdout_ends_the_run,
         memory_hog_is_killed,
         fork_bomb_is_contained,
         root_is_read_only,

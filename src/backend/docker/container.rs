@@ -8,6 +8,7 @@ use bollard::Docker;
 /// returned: the run's outcome matters more, and `workcell gc` can finish the job.
 pub(super) async fn remove(docker: &Docker, name: &str) {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    let _slot = super::slots::acquire().await;
     match docker.remove_container(name, Some(opts)).await {
         Ok(()) => {}
         // 404: never created, or already gone; 409: removal already in progress.

@@ -22,6 +22,7 @@ pub mod reaper;
 pub mod render;
 mod runner;
 pub mod runtimes;
+mod slots;
 pub mod staging;
 
 use std::path::PathBuf;

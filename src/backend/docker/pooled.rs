@@ -1,9 +1,11 @@
 //! The Docker side of the pool ([`crate::pool`]): a container started ahead of its run,
-//! left running without a watchdog (its entry in the pool directory is what keeps track of
-//! it), removed by the daemon itself when its first process ends (`AutoRemove`).
+//! left running without a watchdog until a run claims it (its entry in the pool directory
+//! is what keeps track of it; the claiming run starts one), removed by the daemon itself
+//! when its first process ends (`AutoRemove`).
 
 use bollard::query_parameters::{CreateContainerOptions, InspectContainerOptions};
 
+use super::render::Init;
 use super::{connect, image, render, runtime, DockerError};
 use crate::backend::BackendError;
 use crate::plan::LaunchPlan;
@@ -17,22 +19,31 @@ pub fn start(plan: &LaunchPlan, name: &str, entry: &str) -> Result<(), BackendEr
         let (docker, engine) = super::connect_engine().await?;
         let image = image::ensure(&docker, plan).await?;
         let (staged, staging) = super::staging::stage(plan)?;
-        let mut settings = render::render(&staged, &image, &super::choose_init(plan));
+        // The agent itself is the container's first process, not under an init: the kernel
+        // keeps every signal of the worker's (same uid) from a pid namespace's first process,
+        // so the worker can neither kill nor stop it — as in a cold run, where that is the
+        // init. A killed agent would end the run early; a stopped one would no longer end
+        // the worker when workcell goes.
+        let mut settings = render::render(&staged, &image, &Init::None);
         super::engine::adapt_for(&mut settings, &engine);
         if let Some(labels) = settings.create.labels.as_mut() {
             labels.insert(LABEL_POOL.into(), entry.to_string());
         }
         if let Some(host) = settings.create.host_config.as_mut() {
             // Gone with its first process: at the end of the run that claims it, or when that
-            // run's workcell dies (the agent then ends everything it started, and itself).
+            // run's workcell dies (the agent then ends everything it started, and itself; the
+            // run's watchdog removes the container too).
             host.auto_remove = Some(true);
-            // The waiting agent is one process more than a cold run has: the worker's
-            // commands get exactly the limit they would get cold.
-            host.pids_limit = host.pids_limit.map(|p| p.saturating_add(1));
+            // The agent's tasks in place of a cold run's init (one, when it has one): the
+            // worker's commands get exactly the limit they would get cold.
+            let cold_init = i64::from(super::choose_init(plan) != Init::None);
+            host.pids_limit = host.pids_limit.map(|p| p.saturating_add(crate::agent::STDIO_TASKS - cold_init));
         }
         let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        let slot = super::slots::acquire().await;
         docker.create_container(Some(options), settings.create).await.map_err(|e| DockerError::Api { what: format!("create container {name}"), source: e })?;
         let started = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await;
+        drop(slot);
         if let Some(s) = staging {
             s.release();
         }
@@ -52,6 +63,7 @@ pub fn remove(name: &str) -> Result<(), BackendError> {
     let rt = runtime()?;
     let r = rt.block_on(async {
         let docker = connect().await?;
+        let _slot = super::slots::acquire().await;
         match docker.remove_container(name, Some(RemoveContainerOptions { force: true, v: true, ..Default::default() })).await {
             Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => Ok(()),
             Err(e) => Err(DockerError::Api { what: format!("remove container {name}"), source: e }),

@@ -140,6 +140,8 @@ async fn create_and_supervise(
     sink: Sink,
     staging: &mut Option<super::staging::Staging>,
 ) -> Result<Ended, DockerError> {
+    // From create until the start returned: one of the host's few slots (see `slots`).
+    let slot = super::slots::acquire().await;
     docker.create_container(Some(options), settings.create).await.map_err(|e| create_error(plan, e))?;
 
     // Attach before start so no output is lost.
@@ -150,7 +152,9 @@ async fn create_and_supervise(
     let mut input = attached.input;
     let command = crate::term::escape(plan.command.first().map(String::as_str).unwrap_or_default()).into_owned();
     let tty = plan.tty;
+    let (pipe_docker, pipe_name) = (docker.clone(), name.to_string());
     let out_task = tokio::spawn(async move {
+        let mut piped = false;
         let mut stdout = tokio::io::stdout();
         let mut stderr = tokio::io::stderr();
         let mut filter = InitErrorFilter::new(command, tty);
@@ -173,8 +177,20 @@ async fn create_and_supervise(
             // container is not blocked on a full pipe.
             let _ = match frame {
                 LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                    let r = stdout.write_all(&message).await;
-                    let _ = stdout.flush().await;
+                    // tokio writes on a thread of its own: a write's failure shows at the
+                    // flush (or the next write).
+                    let r = match stdout.write_all(&message).await {
+                        Ok(()) => stdout.flush().await,
+                        e => e,
+                    };
+                    // Our stdout's reader is gone (`workcell run … | head -1`): the worker
+                    // gets the SIGPIPE it would get writing to that pipe itself (through
+                    // the container's init), instead of writing into the drain for ever.
+                    if !piped && r.as_ref().is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+                        piped = true;
+                        let opts = bollard::query_parameters::KillContainerOptions { signal: "SIGPIPE".into() };
+                        let _ = pipe_docker.kill_container(&pipe_name, Some(opts)).await;
+                    }
                     r
                 }
                 LogOutput::StdErr { message } => {
@@ -228,7 +244,9 @@ async fn create_and_supervise(
         })
     };
 
-    if let Err(e) = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await {
+    let started = docker.start_container(name, None::<bollard::query_parameters::StartContainerOptions>).await;
+    drop(slot);
+    if let Err(e) = started {
         out_task.abort();
         if let Some(t) = in_task {
             t.abort();
