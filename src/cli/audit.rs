@@ -2,6 +2,7 @@
 
 use clap::Args;
 
+use super::out::outln;
 use super::{load_project, Cli, CliError};
 use crate::term::escape;
 use crate::term::json_for_terminal;
@@ -23,7 +24,7 @@ pub fn run(cli: &Cli, args: &AuditArgs) -> Result<i32, CliError> {
     let events = read_all(&project.dir).map_err(|e| CliError::Failed(format!("cannot read the audit log: {e}")))?;
     for e in events.iter().filter(|e| args.run.as_deref().is_none_or(|r| e["run_id"] == r)) {
         if args.json {
-            println!("{}", json_for_terminal(&e.to_string()));
+            outln!("{}", json_for_terminal(&e.to_string()));
             continue;
         }
         let mut rest = e.clone();
@@ -38,7 +39,7 @@ pub fn run(cli: &Cli, args: &AuditArgs) -> Result<i32, CliError> {
             other => escape(&other.to_string()).into_owned(),
         };
         let detail: Vec<String> = obj.map(|m| m.iter().map(|(k, v)| format!("{}={}", escape(k), shown(v))).collect()).unwrap_or_default();
-        println!("{:>14} {} {:<12} {}", shown(&ts), shown(&run), shown(&event), detail.join(" "));
+        outln!("{:>14} {} {:<12} {}", shown(&ts), shown(&run), shown(&event), detail.join(" "));
     }
     Ok(0)
 }

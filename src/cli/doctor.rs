@@ -4,6 +4,7 @@ use clap::Args;
 
 use crate::term::escape;
 
+use super::out::outln;
 use super::{Cli, CliError};
 use crate::backend::docker::maintenance::{diagnose, DockerDiagnosis};
 use crate::config::{find_config, Project};
@@ -54,33 +55,33 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
                 "access": p.access,
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(if ok { 0 } else { 1 });
     }
     print_docker(&docker);
     match &bwrap {
-        Ok(p) => println!("bwrap:   ok ({})\n  limits: {bwrap_limits}", p.display()),
-        Err(e) => println!("bwrap:   unavailable: {e}"),
+        Ok(p) => outln!("bwrap:   ok ({})\n  limits: {bwrap_limits}", p.display()),
+        Err(e) => outln!("bwrap:   unavailable: {e}"),
     }
     match &seatbelt {
-        Ok(()) => println!("seatbelt: ok (/usr/bin/sandbox-exec)"),
-        Err(e) => println!("seatbelt: unavailable: {e}"),
+        Ok(()) => outln!("seatbelt: ok (/usr/bin/sandbox-exec)"),
+        Err(e) => outln!("seatbelt: unavailable: {e}"),
     }
     for gap in &seatbelt_gaps {
-        println!("  not enforced by seatbelt: {gap}");
+        outln!("  not enforced by seatbelt: {gap}");
     }
     if let Some(p) = &project {
         print_project(p);
     }
     if !ok {
-        println!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
+        outln!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
     }
     Ok(if ok { 0 } else { 1 })
 }
 
 fn print_docker(d: &DockerDiagnosis) {
     match &d.error {
-        None => println!(
+        None => outln!(
             "docker:  ok: {} {} (daemon API {}, workcell speaks {}) at {}",
             d.engine.as_deref().unwrap_or("Engine"),
             d.version.as_deref().unwrap_or("?"),
@@ -88,15 +89,15 @@ fn print_docker(d: &DockerDiagnosis) {
             d.negotiated_api.as_deref().unwrap_or("?"),
             d.address.as_deref().unwrap_or("?")
         ),
-        Some(e) => println!("docker:  unavailable: {e}"),
+        Some(e) => outln!("docker:  unavailable: {e}"),
     }
     for note in &d.engine_notes {
-        println!("  note: {note}");
+        outln!("  note: {note}");
     }
-    println!("  DOCKER_HOST: {}", d.docker_host.as_deref().unwrap_or("(not set)"));
-    println!("  sockets tried{}:", if d.docker_host.is_some() { " (only when DOCKER_HOST is unset)" } else { "" });
+    outln!("  DOCKER_HOST: {}", d.docker_host.as_deref().unwrap_or("(not set)"));
+    outln!("  sockets tried{}:", if d.docker_host.is_some() { " (only when DOCKER_HOST is unset)" } else { "" });
     for s in &d.sockets {
-        println!("    {} {}", s.path.display(), if s.exists { "exists" } else { "absent" });
+        outln!("    {} {}", s.path.display(), if s.exists { "exists" } else { "absent" });
     }
     if let Some(r) = &d.runtimes {
         let names: Vec<String> = r
@@ -104,19 +105,19 @@ fn print_docker(d: &DockerDiagnosis) {
             .iter()
             .map(|n| if r.default.as_deref() == Some(n.as_str()) { format!("{} (default)", escape(n)) } else { escape(n).into_owned() })
             .collect();
-        println!("  runtimes: {} (what `runtime:` and --runtime may name)", names.join(", "));
+        outln!("  runtimes: {} (what `runtime:` and --runtime may name)", names.join(", "));
         if !r.names.iter().any(|n| n == "runsc") {
-            println!("    gVisor (runsc) is not registered; to run workers under it, {}", crate::backend::docker::runtimes::install_hint("runsc"));
+            outln!("    gVisor (runsc) is not registered; to run workers under it, {}", crate::backend::docker::runtimes::install_hint("runsc"));
         }
     }
     if let Some(e) = &d.runtimes_error {
-        println!("  runtimes: cannot be listed: {e}");
+        outln!("  runtimes: cannot be listed: {e}");
     }
     if let Some((tag, built)) = &d.host_image {
-        println!("  host base image: {tag} ({})", if *built { "built" } else { "not built yet; the first run builds it locally" });
+        outln!("  host base image: {tag} ({})", if *built { "built" } else { "not built yet; the first run builds it locally" });
     }
     if d.error.is_some() && d.docker_host.is_none() && !d.sockets.iter().any(|s| s.exists) {
-        println!("  fix: no Docker or Podman socket exists; install Docker (https://docs.docker.com/engine/install/) or start Podman's socket (systemctl --user start podman.socket) and set DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock");
+        outln!("  fix: no Docker or Podman socket exists; install Docker (https://docs.docker.com/engine/install/) or start Podman's socket (systemctl --user start podman.socket) and set DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock");
     }
 }
 
@@ -173,27 +174,27 @@ fn access_findings(p: &Project) -> Vec<String> {
 fn print_project(p: &ProjectFindings) {
     // Messages quote worker-chosen names and paths: escaped before the terminal sees them.
     let esc = |s: &str| crate::term::escape(s).to_string();
-    println!("project: {}", esc(&p.file.display().to_string()));
+    outln!("project: {}", esc(&p.file.display().to_string()));
     if let Some(e) = &p.error {
         let lines: Vec<String> = e.lines().map(esc).collect();
-        println!("  refused: {}", lines.join("\n    "));
+        outln!("  refused: {}", lines.join("\n    "));
         return;
     }
-    println!("  workers: {}", if p.workers.is_empty() { "none".to_string() } else { esc(&p.workers.join(", ")) });
+    outln!("  workers: {}", if p.workers.is_empty() { "none".to_string() } else { esc(&p.workers.join(", ")) });
     for (name, e) in &p.broken {
         // One escaped line at a time: the refusal's own lines stay lines.
         let text = e.to_string();
         let lines: Vec<String> = text.lines().map(esc).collect();
-        println!("  broken worker '{}': {}", esc(name), lines.join("\n    "));
+        outln!("  broken worker '{}': {}", esc(name), lines.join("\n    "));
     }
     if !p.broken.is_empty() {
-        println!("  (a broken worker file stops only the commands that use that worker)");
+        outln!("  (a broken worker file stops only the commands that use that worker)");
     }
     if let Some(image) = &p.image {
-        println!("  mcp sessions: one sandbox per session, commands by {}", crate::run::resident::Exec::summary(image));
+        outln!("  mcp sessions: one sandbox per session, commands by {}", crate::run::resident::Exec::summary(image));
     }
     for finding in &p.access {
         // Already escaped where it quotes paths and names.
-        println!("  {}", finding.replace('\n', "\n  "));
+        outln!("  {}", finding.replace('\n', "\n  "));
     }
 }

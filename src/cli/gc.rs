@@ -3,6 +3,7 @@
 
 use clap::Args;
 
+use super::out::outln;
 use super::CliError;
 use crate::backend::docker::maintenance::{gc, GcReport};
 
@@ -38,28 +39,28 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
     report.host.extend(pooled);
     report.errors.extend(copies.errors.into_iter().map(|e| format!("delivery directory {e}")));
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
         for h in &report.host {
-            println!("removed {h}");
+            outln!("removed {h}");
         }
         for c in &report.containers {
-            println!("removed container {c}");
+            outln!("removed container {c}");
         }
         for n in &report.networks {
-            println!("removed network {n}");
+            outln!("removed network {n}");
         }
         for f in &report.firewall {
-            println!("removed the firewall rules of {f}");
+            outln!("removed the firewall rules of {f}");
         }
         for i in &report.images {
-            println!("removed image {i}");
+            outln!("removed image {i}");
         }
         for k in &report.kept {
-            println!("kept container {k}: a running workcell owns it");
+            outln!("kept container {k}: a running workcell owns it");
         }
         for i in &report.images_in_use {
-            println!("kept image {i}: a container uses it");
+            outln!("kept image {i}: a container uses it");
         }
         if let Some(why) = &report.docker_unavailable {
             eprintln!("workcell: containers and images were not checked: {why}");
@@ -74,7 +75,7 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
             && report.images.is_empty()
             && report.errors.is_empty()
         {
-            println!("nothing to remove");
+            outln!("nothing to remove");
         }
     }
     Ok(if report.errors.is_empty() { 0 } else { 1 })

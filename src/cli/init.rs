@@ -6,6 +6,7 @@ use cap_std::fs::Dir;
 
 use clap::Args;
 
+use super::out::outln;
 use super::CliError;
 use crate::config::CONFIG_FILE;
 
@@ -145,7 +146,7 @@ pub fn run(args: &InitArgs) -> Result<i32, CliError> {
     };
     write_atomic(&root, CONFIG_FILE, config_text.as_bytes()).map_err(|e| fail(&config, e))?;
     write_atomic(&workers, "line-count.worker", STARTER_WORKER.as_bytes()).map_err(|e| fail(&worker, e))?;
-    println!("wrote {} and {}", config.display(), worker.display());
-    println!("next: put files in {}/data, then `workcell check /data` or `workcell run line-count`", dir.display());
+    outln!("wrote {} and {}", config.display(), worker.display());
+    outln!("next: put files in {}/data, then `workcell check /data` or `workcell run line-count`", dir.display());
     Ok(0)
 }

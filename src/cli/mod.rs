@@ -2,10 +2,12 @@
 
 mod audit;
 mod check;
+mod docs;
 mod doctor;
 mod gc;
 mod init;
 mod mcp;
+pub(crate) mod out;
 mod plan;
 mod pool;
 mod run;
@@ -14,6 +16,8 @@ mod user;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+
+use out::outln;
 
 use crate::config::{ConfigError, Project, WorkerError};
 
@@ -89,6 +93,10 @@ pub enum Command {
     /// Start docker sandboxes ahead of time, so that runs start warm.
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish).
+    Completions(docs::CompletionsArgs),
+    /// Print workcell's man page (roff).
+    Man,
     /// Internal: the watchdog of one docker run (see `backend::docker::reaper`).
     #[command(name = "__reap", hide = true)]
     Reap {
@@ -183,10 +191,12 @@ pub fn main() -> i32 {
         Command::Doctor(a) => doctor::run(&cli, a),
         Command::Gc(a) => gc::run(a),
         Command::Pool(a) => pool::run(&cli, a),
+        Command::Completions(a) => docs::completions(a),
+        Command::Man => docs::man(),
         Command::Reap { container } => Ok(crate::backend::docker::reaper::watch(container)),
         Command::Agent { socket, wake } => Ok(crate::agent::serve::main(socket, wake.as_deref())),
         Command::Schema => {
-            println!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
+            outln!("{}", serde_json::to_string_pretty(&crate::config::raw::schemas()).unwrap_or_default());
             Ok(0)
         }
     };

@@ -3,6 +3,7 @@
 use crate::term::escape;
 use clap::Args;
 
+use super::out::{out, outln};
 use super::{load_project, Cli, CliError};
 use crate::config::{ImageRef, Limits};
 use crate::plan::{LaunchPlan, Overrides};
@@ -79,18 +80,18 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
                 obj.insert("pending_grants".into(), serde_json::Value::Array(pending));
             }
         }
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        println!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
-        println!("image:    {}", image_text(&plan.image));
-        println!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
-        println!("network:  {}", network_text(&plan));
-        println!("workdir:  {}", escape(&plan.workdir));
-        println!("user:     {}:{}", plan.user.uid, plan.user.gid);
-        println!("mounts:");
+        outln!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
+        outln!("image:    {}", image_text(&plan.image));
+        outln!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
+        outln!("network:  {}", network_text(&plan));
+        outln!("workdir:  {}", escape(&plan.workdir));
+        outln!("user:     {}:{}", plan.user.uid, plan.user.gid);
+        outln!("mounts:");
         for m in &plan.mounts {
             let copy = if plan.copies.iter().any(|c| c.target == m.target) { ", delivery: copy" } else { "" };
-            println!("  {} <- {} ({}{copy})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
+            outln!("  {} <- {} ({}{copy})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
         }
         // Granted directories that do not exist yet: a run creates them (`plan` never does).
         for (path, write) in sandbox.pending_roots() {
@@ -99,18 +100,18 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
             } else {
                 "missing: a read-only grant, the run is refused until it exists"
             };
-            println!("  {} ({what})", escape(&path));
+            outln!("  {} ({what})", escape(&path));
         }
         print_protected(&plan);
-        println!("limits:   {}", limits_text(&plan.limits));
-        println!("mcp:      one sandbox per session, commands by {}", crate::run::resident::Exec::summary(&plan.image));
+        outln!("limits:   {}", limits_text(&plan.limits));
+        outln!("mcp:      one sandbox per session, commands by {}", crate::run::resident::Exec::summary(&plan.image));
         match crate::pool::why_not(&plan, crate::backend::Selected::Docker) {
-            None => println!("pool:     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)"),
-            Some(why) => println!("pool:     not pooled: {why}"),
+            None => outln!("pool:     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)"),
+            Some(why) => outln!("pool:     not pooled: {why}"),
         }
         match &plan.runtime {
-            Some(r) => println!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
-            None => println!("runtime:  the Docker daemon's default"),
+            Some(r) => outln!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
+            None => outln!("runtime:  the Docker daemon's default"),
         }
         print_docker(&docker);
     }
@@ -123,16 +124,16 @@ fn print_protected(plan: &LaunchPlan) {
     if plan.protected.is_empty() {
         return;
     }
-    println!("protected (files the host runs: existing ones read-only, new ones moved aside after the run):");
+    outln!("protected (files the host runs: existing ones read-only, new ones moved aside after the run):");
     for a in &plan.protected {
-        println!("  {}", escape(&a.target));
-        println!("    entries:        {}", escape(&a.entries.join(", ")));
+        outln!("  {}", escape(&a.target));
+        outln!("    entries:        {}", escape(&a.entries.join(", ")));
         if !a.unprotected.is_empty() {
-            println!("    turned off:     {} (unprotect)", escape(&a.unprotected.join(", ")));
+            outln!("    turned off:     {} (unprotect)", escape(&a.unprotected.join(", ")));
         }
         let bound: Vec<&str> = a.bound.iter().map(|b| b.path.as_str()).collect();
         let bound = if bound.is_empty() { "(none exist)".to_string() } else { escape(&bound.join(", ")).into_owned() };
-        println!("    bound ro:       {bound}");
+        outln!("    bound ro:       {bound}");
     }
 }
 
@@ -201,15 +202,15 @@ fn print_kubernetes(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox
     let zones = kubernetes::zone_mounts(plan, sandbox);
     let objects = kubernetes::render(plan, &zones, config).map_err(|e| CliError::Usage(e.to_string()))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&kubernetes::as_list(objects)).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&kubernetes::as_list(objects)).unwrap_or_default());
     } else {
-        print!("{}", kubernetes::to_yaml(&objects));
+        out!("{}", kubernetes::to_yaml(&objects));
     }
     Ok(0)
 }
 
 fn print_rendering(text: String) -> i32 {
-    print!("{text}");
+    out!("{text}");
     0
 }
 
@@ -229,32 +230,32 @@ fn docker_section(plan: &LaunchPlan) -> serde_json::Value {
 }
 
 fn print_docker(d: &serde_json::Value) {
-    println!("docker:");
+    outln!("docker:");
     if let Some(e) = d.get("error").and_then(|e| e.as_str()) {
-        println!("  (cannot render: {e})");
+        outln!("  (cannot render: {e})");
         return;
     }
     let hc = &d["create"]["HostConfig"];
     let list = |v: &serde_json::Value| v.as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(",")).unwrap_or_default();
-    println!("  image:        {}", d["image"].as_str().unwrap_or(""));
-    println!("  container:    {}", d["name"].as_str().unwrap_or(""));
-    println!("  user:         {}", d["create"]["User"].as_str().unwrap_or(""));
-    println!("  network_mode: {}", hc["NetworkMode"].as_str().unwrap_or(""));
+    outln!("  image:        {}", d["image"].as_str().unwrap_or(""));
+    outln!("  container:    {}", d["name"].as_str().unwrap_or(""));
+    outln!("  user:         {}", d["create"]["User"].as_str().unwrap_or(""));
+    outln!("  network_mode: {}", hc["NetworkMode"].as_str().unwrap_or(""));
     if hc["Dns"].is_array() {
-        println!("  dns:          {} (nothing answers there)", list(&hc["Dns"]));
+        outln!("  dns:          {} (nothing answers there)", list(&hc["Dns"]));
     }
-    println!("  cap_drop:     {}", list(&hc["CapDrop"]));
-    println!("  security_opt: {}", list(&hc["SecurityOpt"]));
-    println!("  read-only /:  {}", hc["ReadonlyRootfs"]);
+    outln!("  cap_drop:     {}", list(&hc["CapDrop"]));
+    outln!("  security_opt: {}", list(&hc["SecurityOpt"]));
+    outln!("  read-only /:  {}", hc["ReadonlyRootfs"]);
     let init = match (hc["Init"].as_bool(), d["create"]["Entrypoint"][0].as_str()) {
         (Some(true), _) => "docker-init (HostConfig.Init)".to_string(),
         (_, Some(p)) => format!("{p} (the host's tini, as entrypoint)"),
         _ => "none (the command is PID 1)".to_string(),
     };
-    println!("  init:         {init}");
-    println!("  runtime:      {}", hc["Runtime"].as_str().map(escape).unwrap_or_else(|| "(the daemon's default)".into()));
+    outln!("  init:         {init}");
+    outln!("  runtime:      {}", hc["Runtime"].as_str().map(escape).unwrap_or_else(|| "(the daemon's default)".into()));
     let field = |v: &serde_json::Value| if v.is_null() { "none".to_string() } else { v.to_string() };
-    println!(
+    outln!(
         "  limits:       memory={} memory_swap={} nano_cpus={} pids={}",
         field(&hc["Memory"]),
         field(&hc["MemorySwap"]),
@@ -263,11 +264,11 @@ fn print_docker(d: &serde_json::Value) {
     );
     if let Some(t) = hc["Tmpfs"].as_object() {
         for (k, v) in t {
-            println!("  tmpfs:        {k} ({})", v.as_str().unwrap_or(""));
+            outln!("  tmpfs:        {k} ({})", v.as_str().unwrap_or(""));
         }
     }
     for m in hc["Mounts"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  bind:         {} <- {} ({})",
             m["Target"].as_str().unwrap_or(""),
             m["Source"].as_str().unwrap_or(""),

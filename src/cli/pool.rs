@@ -3,6 +3,7 @@
 
 use clap::{Args, Subcommand};
 
+use super::out::outln;
 use super::run::{prepare, RunArgs};
 use super::{load_project, Cli, CliError};
 use crate::pool::{self, Filling};
@@ -45,14 +46,14 @@ pub fn run(cli: &Cli, command: &PoolCommand) -> Result<i32, CliError> {
             let project = project_dir(cli, a)?;
             let entries = pool::list(project.as_deref());
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&entries).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&entries).unwrap_or_default());
             } else if entries.is_empty() {
-                println!("no pooled sandboxes{}", if a.all { "" } else { " for this project" });
+                outln!("no pooled sandboxes{}", if a.all { "" } else { " for this project" });
             } else {
-                println!("{:<16}  {:<8}  {:<16}  {:>8}  CONTAINER", "ID", "STATE", "WORKER", "AGE");
+                outln!("{:<16}  {:<8}  {:<16}  {:>8}  CONTAINER", "ID", "STATE", "WORKER", "AGE");
                 for e in entries {
                     let worker = crate::term::escape(e.worker.as_deref().unwrap_or("-")).into_owned();
-                    println!("{:<16}  {:<8}  {:<16}  {:>7}s  {}", e.id, e.state, worker, e.age_secs, e.container);
+                    outln!("{:<16}  {:<8}  {:<16}  {:>7}s  {}", e.id, e.state, worker, e.age_secs, e.container);
                 }
             }
             Ok(0)
@@ -61,13 +62,13 @@ pub fn run(cli: &Cli, command: &PoolCommand) -> Result<i32, CliError> {
             let project = project_dir(cli, a)?;
             let (removed, errors) = pool::drain(project.as_deref());
             for id in &removed {
-                println!("removed {id}");
+                outln!("removed {id}");
             }
             for e in &errors {
                 eprintln!("workcell: could not remove {e}; `workcell gc` tries again");
             }
             if removed.is_empty() && errors.is_empty() {
-                println!("nothing to drain");
+                outln!("nothing to drain");
             }
             Ok(if errors.is_empty() { 0 } else { 1 })
         }
@@ -97,7 +98,7 @@ fn fill(cli: &Cli, args: &FillArgs) -> Result<i32, CliError> {
         filling.share_with(plan.user).map_err(|e| CliError::Failed(e.to_string()))?;
         crate::backend::docker::pooled::start(plan, &filling.container(), &filling.label()).map_err(|e| CliError::Failed(e.to_string()))?;
         let id = filling.ready(plan).map_err(|e| CliError::Failed(e.to_string()))?;
-        println!("{id} ready{}", plan.worker.as_deref().map(|w| format!(" (worker {})", crate::term::escape(w))).unwrap_or_default());
+        outln!("{id} ready{}", plan.worker.as_deref().map(|w| format!(" (worker {})", crate::term::escape(w))).unwrap_or_default());
     }
     Ok(0)
 }

@@ -28,7 +28,9 @@ const PARALLEL_MIN: usize = 64;
 /// Threads at most, whatever the machine says.
 const MAX_THREADS: usize = 16;
 
+/// A failed write of verdicts: the process ends quietly if stdout's reader went away.
 pub(super) fn write_failed(e: std::io::Error) -> CliError {
+    crate::cli::out::quit_if_closed(&e);
     CliError::Failed(format!("cannot write the verdicts: {e}"))
 }
 
