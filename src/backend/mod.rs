@@ -234,7 +234,7 @@ pub fn run(selected: Selected, plan: &LaunchPlan, output: Output, attached: Atta
             if let Some(s) = attached.broker {
                 s.start().map_err(BackendError::Service)?;
             }
-            docker::run(plan, output, attached.egress)
+            docker::run(plan, output, attached.egress, attached.returns)
         }
     }
 }

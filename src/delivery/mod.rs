@@ -16,6 +16,7 @@ mod copytree;
 pub mod name;
 pub mod publish;
 pub mod scratch;
+pub mod shipped;
 pub mod sparse;
 pub mod summary;
 mod swap;
@@ -81,6 +82,11 @@ pub enum Reason {
     Protected {
         entry: String,
     },
+    /// At or beneath one of the project's control files (`workcell.yaml`, `workers/`,
+    /// `.workcell/`, a `build:` folder), shipped to a remote engine with the zone.
+    Control {
+        path: String,
+    },
     /// A file the host runs that the worker deleted in its copy: kept on the host.
     ProtectedDelete {
         entry: String,
@@ -113,6 +119,10 @@ impl std::fmt::Display for Reason {
             Reason::Protected { entry } => write!(
                 f,
                 "a file the host runs (protected by '{entry}': git, direnv, editors and shells run such files on the host, outside the sandbox); not published. A person allows it with `unprotect: ['{entry}']` on the zone in workcell.yaml"
+            ),
+            Reason::Control { path } => write!(
+                f,
+                "the project's control file '{path}' (it decides what the next run may do); changes to it are never published from a worker"
             ),
             Reason::ProtectedDelete { entry } => {
                 write!(f, "deleted in the worker's copy, but a file the host runs (protected by '{entry}'); the deletion is not applied, the host keeps it")

@@ -254,6 +254,28 @@ impl Changes {
         });
     }
 
+    /// Withholds every change at or beneath one of `control` (paths relative to the zone):
+    /// the project's control files, which a zone shipped to a remote engine carries in its
+    /// copy instead of binding them read-only.
+    pub fn withhold_control(&mut self, control: &[Vec<String>]) {
+        if control.is_empty() {
+            return;
+        }
+        let hit = |p: &[String]| control.iter().find(|c| p.starts_with(c)).map(|c| c.join("/"));
+        let refused = &mut self.refused;
+        let mut keep = |p: &[String], dir: bool| match hit(p) {
+            Some(path) => {
+                refused.refuse(&format!("{}{}", p.join("/"), if dir { "/" } else { "" }), Reason::Control { path });
+                false
+            }
+            None => true,
+        };
+        self.writes.retain(|(p, _)| keep(p, false));
+        self.mkdirs.retain(|p| keep(p, true));
+        self.deletes.retain(|p| keep(p, false));
+        self.rmdirs.retain(|p| keep(p, true));
+    }
+
     /// Every change, in the order a publish makes them.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
         fn plain(op: Op) -> impl Fn(&Vec<String>) -> Entry<'_> {

@@ -89,12 +89,47 @@ pub(crate) fn open_file(dir: impl AsFd, name: &CStr) -> io::Result<(std::fs::Fil
 /// ([`collect::OVERSIZE_KEY`]), so that a huge (or sparse) file costs nothing to refuse.
 /// More than `max_entries` entries end the walk with [`TooManyNames`].
 pub fn archive(dir: impl AsFd, out: impl Write, cap: u64, max_entries: u64) -> io::Result<()> {
+    archive_as(dir, out, cap, max_entries, &Shape::default())
+}
+
+/// How [`archive_as`] names and owns its entries.
+#[derive(Debug, Clone, Default)]
+pub struct Shape {
+    /// Put before every name (`0/`), and given as a directory entry of its own first.
+    pub prefix: String,
+    /// The owner (uid, gid) written into every entry; root when `None`.
+    pub owner: Option<(u32, u32)>,
+}
+
+/// [`archive`] with names under `shape.prefix` and entries owned by `shape.owner`: what a
+/// container engine extracts as the tree's copy (`backend::docker::ship`).
+pub fn archive_as(dir: impl AsFd, out: impl Write, cap: u64, max_entries: u64, shape: &Shape) -> io::Result<()> {
     let mut builder = tar::Builder::new(out);
-    walk(&mut builder, dir.as_fd(), &[], cap, &mut Budget::new(max_entries))?;
+    let prefix = shape.prefix.as_bytes();
+    if !prefix.is_empty() {
+        let st = rustix::fs::fstat(dir.as_fd())?;
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(st.st_mode & 0o7777);
+        h.set_size(0);
+        h.set_entry_type(tar::EntryType::Directory);
+        if let Some((uid, gid)) = shape.owner {
+            h.set_uid(uid.into());
+            h.set_gid(gid.into());
+        }
+        builder.append_data(&mut h, std::path::Path::new(std::ffi::OsStr::from_bytes(prefix)), io::empty())?;
+    }
+    walk(&mut builder, dir.as_fd(), prefix, cap, &mut Budget::new(max_entries), shape.owner)?;
     builder.into_inner()?.flush()
 }
 
-fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, prefix: &[u8], cap: u64, budget: &mut Budget) -> io::Result<()> {
+fn walk<W: Write>(
+    b: &mut tar::Builder<W>,
+    dir: std::os::fd::BorrowedFd<'_>,
+    prefix: &[u8],
+    cap: u64,
+    budget: &mut Budget,
+    owner: Option<(u32, u32)>,
+) -> io::Result<()> {
     for n in names(dir, budget)? {
         let st = rustix::fs::statat(dir, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
         let mut path = prefix.to_vec();
@@ -102,6 +137,10 @@ fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, pre
         let mut h = tar::Header::new_gnu();
         h.set_mode(st.st_mode & 0o7777);
         h.set_size(0);
+        if let Some((uid, gid)) = owner {
+            h.set_uid(uid.into());
+            h.set_gid(gid.into());
+        }
         let ty = FileType::from_raw_mode(st.st_mode);
         let kind = match ty {
             FileType::Directory => tar::EntryType::Directory,
@@ -124,7 +163,7 @@ fn walk<W: Write>(b: &mut tar::Builder<W>, dir: std::os::fd::BorrowedFd<'_>, pre
                     let sub = open_dir(dir, &n)?;
                     let mut p = path.clone();
                     p.push(b'/');
-                    walk(b, sub.as_fd(), &p, cap, budget)?;
+                    walk(b, sub.as_fd(), &p, cap, budget, owner)?;
                 }
             }
             tar::EntryType::Regular => {

@@ -21,6 +21,7 @@ mod hookspath;
 mod pin;
 pub mod protected;
 pub mod runtime;
+pub mod ship;
 mod workdir;
 pub use workdir::WorkdirError;
 
@@ -176,6 +177,10 @@ pub struct LaunchPlan {
     /// shell tool); `None`: an empty input.
     #[serde(skip)]
     pub stdin: Option<Arc<[u8]>>,
+    /// The engine this plan was made for cannot see this host's files (what it is, for
+    /// messages): every zone is a copy shipped to it ([`ship`]); nothing is bound by path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shipped: Option<String>,
 }
 
 /// One writable mount's protected paths (`crate::hostrun`).
@@ -216,6 +221,10 @@ pub struct CopyMount {
     pub zone: String,
     /// True when the worker's changes are published (a writable zone).
     pub writable: bool,
+    /// Paths relative to the zone never published from the copy: the control files a zone
+    /// shipped to a remote engine carries (see [`ship`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub withhold: Vec<String>,
 }
 
 /// Command-line choices that override the worker and project.
@@ -282,6 +291,9 @@ pub enum PlanError {
     /// A zone the worker's identity cannot use (checked before anything starts).
     #[error(transparent)]
     Access(#[from] access::AccessError),
+    /// The plan cannot run on the remote engine it was made for.
+    #[error(transparent)]
+    Remote(#[from] ship::RemoteRefusal),
     #[error("the writable zone {zone} is the project directory, which has no workcell.yaml: a worker could write one that a later run would use. Create it first (`workcell init`), or make the zone read-only, or use a directory inside the project")]
     WritableProjectWithoutConfig { zone: String },
 }
@@ -347,11 +359,18 @@ pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
 
 /// [`mounts_for`], each with the name of the sandbox mount it belongs to.
 pub fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
+    zone_mounts_as(sandbox, false)
+}
+
+/// [`zone_mounts`], with every zone copy-delivered when `all_copied` (a plan shipped to a
+/// remote engine, [`ship`]).
+pub(crate) fn zone_mounts_as(sandbox: &Sandbox, all_copied: bool) -> Vec<(PlanMount, String)> {
     let target_of = |sandbox_path: &str| mount_target(sandbox.addressing(), sandbox_path);
     // A copy-delivered zone is writable in its private copy: its approval is asked before
     // the result is published instead.
-    let preapproved =
-        |mount: &str| sandbox.mounts().iter().any(|m| m.name == mount && (m.approval.writes_preapproved() || m.delivery == crate::sandbox::Delivery::Copy));
+    let preapproved = |mount: &str| {
+        sandbox.mounts().iter().any(|m| m.name == mount && (all_copied || m.approval.writes_preapproved() || m.delivery == crate::sandbox::Delivery::Copy))
+    };
     let writable: Vec<_> = sandbox.writable_held().into_iter().filter(|(a, _)| preapproved(&a.mount)).collect();
     let mut out: Vec<(PlanMount, String)> = Vec::new();
     for (a, held) in sandbox.readable_held() {
@@ -399,7 +418,7 @@ fn copy_mounts(sandbox: &Sandbox, zones: &[(PlanMount, String)], control: &[pin:
         if control.iter().any(|c| c.bind.source.starts_with(&m.source)) {
             return Err(PlanError::CopyDelivery(zone.name.clone()));
         }
-        out.push(CopyMount { target: m.target.clone(), zone: zone.name.clone(), writable: !m.read_only });
+        out.push(CopyMount { target: m.target.clone(), zone: zone.name.clone(), writable: !m.read_only, withhold: Vec::new() });
     }
     Ok(out)
 }
@@ -560,6 +579,7 @@ impl LaunchPlan {
             copies,
             protected,
             stdin: ov.stdin.clone(),
+            shipped: None,
         })
     }
 

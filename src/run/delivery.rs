@@ -6,8 +6,9 @@ use std::os::fd::AsFd;
 
 use serde_json::json;
 
+use crate::backend::docker::ship::Returns;
 use crate::delivery::publish::Changes;
-use crate::delivery::{baseline, collect::Staging, publish, walk, DeliveryError, Policy, Status, Summary};
+use crate::delivery::{baseline, collect::Staging, publish, shipped, walk, DeliveryError, Policy, Status, Summary};
 use crate::plan::{Held, LaunchPlan};
 use crate::sandbox::{CopiedArea, Sandbox};
 use crate::tools::approval::{ApprovalMode, Tty};
@@ -30,6 +31,10 @@ pub(super) struct Delivery {
     ask: bool,
     /// The files the host runs in this zone: never published (`crate::hostrun`).
     protection: crate::hostrun::Protection,
+    /// Paths (relative to the zone) never published: control files a shipped zone carries.
+    control: Vec<Vec<String>>,
+    /// The copy went to a remote engine: its result comes back as an archive (`Returns`).
+    shipped: bool,
 }
 
 /// How the results are shown and approved.
@@ -74,6 +79,8 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
             writable: c.writable,
             ask: !zone.approval.writes_preapproved(),
             protection: zone.protection.clone(),
+            control: c.withhold.iter().map(|p| p.split('/').map(str::to_string).collect()).collect(),
+            shipped: plan.shipped.is_some(),
         });
     }
     Ok(out)
@@ -104,12 +111,19 @@ pub(super) fn on_copies(sandbox: &Sandbox, deliveries: &[Delivery]) -> Result<Sa
 /// nothing may be published (a timeout, an interruption, a failed start). Each zone's result
 /// is printed once: the full summary, or, after a review that showed the same changes, one
 /// result line; with `--json`, one delivery line per zone.
-pub(super) fn finish(deliveries: Vec<Delivery>, withheld: Option<&str>, review: Review, mode: ApprovalMode, audit: &AuditLog) -> Vec<Summary> {
+pub(super) fn finish(
+    deliveries: Vec<Delivery>,
+    withheld: Option<&str>,
+    returns: &Returns,
+    review: Review,
+    mode: ApprovalMode,
+    audit: &AuditLog,
+) -> Vec<Summary> {
     let mut summaries = Vec::new();
     for d in deliveries.into_iter().filter(|d| d.writable) {
         let (summary, shown) = match withheld {
             Some(why) => (Summary::withheld(&d.zone, why.to_string()), None),
-            None => deliver(&d, review, mode),
+            None => deliver(&d, returns, review, mode),
         };
         // The review was on the terminal; stderr going elsewhere (a log) gets it all.
         let shown = shown.filter(|_| crate::term::stderr_is_terminal());
@@ -158,18 +172,28 @@ pub(super) fn result_text(summary: &Summary, shown: Option<&Summary>) -> String 
 }
 
 /// Checks, reviews and publishes one zone; also the pending summary when a person was shown it.
-fn deliver(d: &Delivery, review: Review, mode: ApprovalMode) -> (Summary, Option<Summary>) {
+fn deliver(d: &Delivery, returns: &Returns, review: Review, mode: ApprovalMode) -> (Summary, Option<Summary>) {
     let failed = |why: String| (Summary::withheld(&d.zone, why), None);
     let mut staging = match Staging::new() {
         Ok(s) => s,
         Err(e) => return failed(format!("cannot create the staging directory: {e}")),
     };
-    let collected = match walk::collect_dir(d.copy.root(), &d.policy, &mut staging) {
+    let collected = if d.shipped {
+        match returns.take(&d.target) {
+            Some(Ok(archive)) => shipped::collect(archive, &d.policy, &mut staging),
+            Some(Err(why)) => return failed(why),
+            None => return failed("the engine returned nothing for this zone".into()),
+        }
+    } else {
+        walk::collect_dir(d.copy.root(), &d.policy, &mut staging)
+    };
+    let collected = match collected {
         Ok(c) => c,
         Err(e) => return failed(e.to_string()),
     };
     let mut changes = publish::diff(&d.zone, &*d.host.0, &d.copy.baseline, &collected);
     changes.withhold_hostrun(&collected, &d.protection);
+    changes.withhold_control(&d.control);
     if changes.is_empty() {
         return (changes.summary(), None);
     }

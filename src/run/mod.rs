@@ -15,6 +15,7 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::json;
 
+use crate::backend::docker::ship::Returns;
 use crate::backend::{self, Attached, BackendError, Finished, Output, Selected};
 use crate::config::{BackendChoice, Project, Worker};
 use crate::egress::{Consent, ConsentDenied, EgressError, Proxy};
@@ -130,6 +131,8 @@ pub struct Session {
     _reserved: Option<Reservation>,
     /// Zones with `delivery: copy`: their private copies, published after a normal exit.
     deliveries: Vec<delivery::Delivery>,
+    /// What a run on a remote engine brought back of its writable zones, for `deliveries`.
+    returns: Returns,
     review: Review,
     mode: ApprovalMode,
     /// A session sandbox's cap on each command's time (the run's own timeout, lifted from
@@ -156,9 +159,13 @@ impl Session {
         // it creates is owned, exactly as for the worker's own commands.
         let sandbox = sandbox.acting_as(plan.user);
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
+        let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
+        // An engine that cannot see this host's files gets every zone shipped as a copy.
+        if selected == Selected::Docker {
+            ship(&mut plan, &sandbox, &spec.services)?;
+        }
         // Before the backend sees the plan: copy-delivered zones are bound as private copies.
         let deliveries = delivery::prepare(&mut plan, &sandbox)?;
-        let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
         // Before anything starts: a zone the worker's uid cannot use is refused here, with
         // the fixes, instead of ending in the worker's own `Permission denied`.
         // (`--backend none` runs the command as workcell's own user, not as the worker.)
@@ -222,7 +229,9 @@ impl Session {
                 (Some(broker), Some(reserved))
             }
         };
-        if let Some(broker) = &broker {
+        // A remote engine cannot reach the broker's socket on this host: the worker runs
+        // without the tool service (the README says so).
+        if let Some(broker) = broker.as_ref().filter(|_| plan.shipped.is_none()) {
             broker.share_with(plan.user)?;
             plan.attach_broker(broker.dir(), broker.token());
         }
@@ -241,7 +250,8 @@ impl Session {
         // The review and approval mode of the run that starts this one (`workcell run`'s own
         // flags at the top): a nested run never publishes with less review than its parent.
         let (mode, review) = (spec.parent.mode, spec.parent.review);
-        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, review, mode, call_cap };
+        let returns = Returns::default();
+        let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, returns, review, mode, call_cap };
         // A pooled sandbox runs nothing of the worker's until a run claims it (and records
         // its own start).
         if !pooled {
@@ -281,7 +291,7 @@ impl Session {
             None => Some("the run failed".to_string()),
         };
         let deliveries = std::mem::take(&mut self.deliveries);
-        delivery::finish(deliveries, withheld.as_deref(), self.review, self.mode, &self.audit).iter().any(|s| s.held_back())
+        delivery::finish(deliveries, withheld.as_deref(), &self.returns, self.review, self.mode, &self.audit).iter().any(|s| s.held_back())
     }
 
     pub fn plan(&self) -> &LaunchPlan {
@@ -304,6 +314,7 @@ impl Session {
         let attached = Attached {
             broker: self.broker.as_ref().map(|b| b as &dyn backend::OnDemand),
             egress: self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy),
+            returns: Some(&self.returns),
         };
         // A pooled sandbox started for exactly this plan, when there is one: claimed for
         // this run alone, and gone at its end like a cold run's container.
@@ -328,6 +339,23 @@ impl Session {
         self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
         Ok(result?)
     }
+}
+
+/// Makes `plan` one for a remote engine when the docker engine cannot see this host's files
+/// (`backend::docker::placement`); refuses the services that need it on this host.
+fn ship(plan: &mut LaunchPlan, sandbox: &crate::sandbox::Sandbox, services: &Services<'_>) -> Result<(), RunError> {
+    let Some(engine) = backend::docker::placement::remote(plan).map_err(|e| RunError::Backend(e.into()))? else { return Ok(()) };
+    let what = match services {
+        Services::Resident | Services::Agent { .. } => Some("an MCP session's sandbox"),
+        Services::Pool { .. } => Some("a warm pool (`workcell pool fill`)"),
+        Services::Child { .. } => Some("a child worker (its input and tools reach it through a socket on this host)"),
+        Services::None | Services::Broker { .. } => None,
+    };
+    if let Some(what) = what {
+        return Err(PlanError::from(crate::plan::ship::RemoteRefusal::Service { what, engine }).into());
+    }
+    plan.ship(sandbox, &engine)?;
+    Ok(())
 }
 
 /// The run's approvals, as the egress proxy asks them (`network: {ask: true}`).

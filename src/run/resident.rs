@@ -374,6 +374,7 @@ fn probe_plan() -> LaunchPlan {
         copies: Vec::new(),
         protected: Vec::new(),
         stdin: Default::default(),
+        shipped: None,
     }
 }
 

@@ -159,11 +159,16 @@ pub fn adapt(settings: &mut DockerSettings, engine: &Engine, limits: HostLimits)
     host.ulimits = Some(set);
 }
 
+/// What a Podman service on another host is asked for: its own limits cannot be read from
+/// here, and these are below what any service runs with (lowering needs no privilege).
+pub const REMOTE_PODMAN_LIMITS: HostLimits = HostLimits { nofile: (1024, 4096), nproc: (4096, 4096) };
+
 /// [`adapt`] with the limits of this daemon (read only for Podman).
 pub fn adapt_for(settings: &mut DockerSettings, engine: &Engine) {
     if engine.is_podman() {
         let address = super::client().map(|(a, _)| a).unwrap_or_default();
-        adapt(settings, engine, HostLimits::for_daemon(&address));
+        let limits = if address.starts_with("unix://") { HostLimits::for_daemon(&address) } else { REMOTE_PODMAN_LIMITS };
+        adapt(settings, engine, limits);
     }
 }
 

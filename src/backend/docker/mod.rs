@@ -16,12 +16,14 @@ mod init;
 mod listing;
 pub mod maintenance;
 pub mod network;
+pub mod placement;
 pub mod pooled;
 mod rawhttp;
 pub mod reaper;
 pub mod render;
 mod runner;
 pub mod runtimes;
+pub mod ship;
 mod slots;
 pub mod staging;
 
@@ -202,14 +204,17 @@ pub fn probe() -> Result<String, BackendError> {
 /// be run). The container is removed on every path that workcell survives.
 /// With `egress` (a proxied plan) the container gets a network of the run's own and firewall
 /// rules, removed with it ([`network`]).
-pub fn run(plan: &LaunchPlan, output: super::Output, egress: Option<&dyn EgressProxy>) -> Result<super::Finished, BackendError> {
+/// A shipped plan (`plan.shipped`: the engine cannot see this host's files) has its zones
+/// shipped ([`ship`]), and its writable zones brought back into `returns` after a run that
+/// ended by itself.
+pub fn run(plan: &LaunchPlan, output: super::Output, egress: Option<&dyn EgressProxy>, returns: Option<&ship::Returns>) -> Result<super::Finished, BackendError> {
     let sink = match output {
         super::Output::Inherit => runner::Sink::Inherit,
         super::Output::Capture => runner::Sink::Capture(std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()))),
     };
     let mut notes = super::supervise::Notes::new(output);
     let rt = runtime()?;
-    let r = rt.block_on(runner::run(plan, sink.clone(), &mut notes, egress));
+    let r = rt.block_on(runner::run(plan, sink.clone(), &mut notes, egress, returns));
     // Do not wait for the blocking thread that may still sit in a read of our stdin.
     rt.shutdown_background();
     let (code, timed_out) = r?;

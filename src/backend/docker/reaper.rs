@@ -93,6 +93,10 @@ pub fn watch(container: &str) -> i32 {
                 super::container::remove(&docker, container).await;
                 // A proxied run's network and firewall rules (none is fine).
                 super::network::close(&docker, container).await;
+                // A shipped run's carrier and volumes (none is fine).
+                if let Some(run_id) = container.strip_prefix("workcell-") {
+                    super::ship::remove(&docker, run_id).await;
+                }
                 0
             }
             Err(_) => 1,

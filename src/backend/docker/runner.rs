@@ -46,7 +46,13 @@ pub enum Sink {
 
 /// Runs the plan with its output sent to `sink` and workcell's own words to `notes`; returns
 /// the exit status and whether the timeout ended the run.
-pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Option<&dyn EgressProxy>) -> Result<(i32, bool), DockerError> {
+pub async fn run(
+    plan: &LaunchPlan,
+    sink: Sink,
+    notes: &mut Notes,
+    egress: Option<&dyn EgressProxy>,
+    returns: Option<&super::ship::Returns>,
+) -> Result<(i32, bool), DockerError> {
     // A proxied run needs root for its firewall rules: refused before anything is made.
     if egress.is_some() {
         super::firewall::check()?;
@@ -72,7 +78,8 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Optio
     };
     // Zones are bound as the handles that were checked (see `staging`); the staging mounts
     // go as soon as the container has started, and on every other path with `staging`.
-    let (staged, mut staging) = super::staging::stage(plan)?;
+    // A shipped plan binds nothing of this host: its zones go through `ship` instead.
+    let (staged, mut staging) = if plan.shipped.is_some() { (plan.clone(), None) } else { super::staging::stage(plan)? };
     let mut settings = render::render(&staged, &image, &super::choose_init(plan));
     super::engine::adapt_for(&mut settings, &engine);
     if let Some(labels) = settings.create.labels.as_mut() {
@@ -103,13 +110,21 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Optio
     // Creating is raced with the signals too; if a signal wins, the container may exist
     // already, so cleanup below runs on every path from here on.
     let ended = tokio::select! {
-        r = create_and_supervise(&docker, plan, &name, options, settings, sink, &mut staging) => r,
+        r = create_and_supervise(&docker, &engine, plan, &name, options, settings, sink, &mut staging) => r,
         _ = sigint.recv() => Ok(Ended::Signalled(130, "SIGINT")),
         _ = sigterm.recv() => Ok(Ended::Signalled(143, "SIGTERM")),
         _ = sighup.recv() => Ok(Ended::Signalled(129, "SIGHUP")),
     };
     drop(staging);
     remove(&docker, &name).await;
+    if plan.shipped.is_some() {
+        // Only a worker that ended by itself has results to deliver (the delivery then
+        // judges its exit status as for a copy on this host).
+        if let (Ok(Ended::Exited(_)), Some(returns)) = (&ended, returns) {
+            super::ship::bring_back(&docker, plan, returns).await;
+        }
+        super::ship::remove(&docker, &plan.run_id).await;
+    }
     if proxied.is_some() {
         network::close(&docker, &name).await;
     }
@@ -131,15 +146,20 @@ pub async fn run(plan: &LaunchPlan, sink: Sink, notes: &mut Notes, egress: Optio
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn create_and_supervise(
     docker: &Docker,
+    engine: &super::engine::Engine,
     plan: &LaunchPlan,
     name: &str,
     options: CreateContainerOptions,
-    settings: render::DockerSettings,
+    mut settings: render::DockerSettings,
     sink: Sink,
     staging: &mut Option<super::staging::Staging>,
 ) -> Result<Ended, DockerError> {
+    if plan.shipped.is_some() {
+        super::ship::send(docker, engine, plan, &mut settings).await?;
+    }
     // From create until the start returned: one of the host's few slots (see `slots`).
     let slot = super::slots::acquire().await;
     docker.create_container(Some(options), settings.create).await.map_err(|e| create_error(plan, e))?;

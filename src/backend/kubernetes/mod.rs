@@ -245,6 +245,7 @@ mod tests {
             copies: Vec::new(),
             protected: Vec::new(),
             stdin: None,
+            shipped: None,
         }
     }
 

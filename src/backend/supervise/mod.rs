@@ -45,6 +45,8 @@ pub struct Attached<'a> {
     /// worker can reach and calls [`EgressProxy::serve`](crate::backend::egress::EgressProxy)
     /// before the worker starts.
     pub egress: Option<&'a dyn crate::backend::egress::EgressProxy>,
+    /// Where a run on a remote engine puts the writable zones it brings back (docker only).
+    pub returns: Option<&'a crate::backend::docker::ship::Returns>,
 }
 
 impl std::fmt::Debug for Attached<'_> {

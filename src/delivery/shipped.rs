@@ -1,0 +1,118 @@
+//! A zone's tree as a remote engine returns it (`GET /containers/…/archive`), made into the
+//! plain relative tar stream the checker ([`super::collect`]) reads.
+//!
+//! Engines name the entries differently: Docker puts them under the directory's own name
+//! (`0/`, `0/a.txt`), Podman under `/` (`/`, `/a.txt`). The first entry names the tree's
+//! root; every later one must lie beneath it, or nothing is delivered. Only names, types,
+//! modes, sizes and contents pass on: owners, times, PAX records (the worker cannot mark a
+//! file as [`super::collect::OVERSIZE_KEY`]) and link targets are dropped, and links and
+//! special files keep their type so that the checker refuses them as it does locally.
+
+use std::io::{self, Read, Write};
+
+use super::collect::{self, Collected, Staging};
+use super::{DeliveryError, Policy};
+
+/// Checks the archive `input` (as the engine sent it) against `policy`, staging what passes.
+pub fn collect(input: impl Read + Send, policy: &Policy, staging: &mut Staging) -> Result<Collected, DeliveryError> {
+    let (reader, writer) = io::pipe().map_err(DeliveryError::io("open a pipe", ""))?;
+    std::thread::scope(|s| {
+        let rewriter = s.spawn(move || relative(input, writer));
+        let collected = collect::collect_tar(reader, policy, staging);
+        let rewritten = rewriter.join().unwrap_or_else(|_| Err(io::Error::other("the archive reader panicked")));
+        // The checker stopped early (a limit): its error is the reason, not the broken pipe.
+        let collected = collected?;
+        rewritten.map_err(DeliveryError::Archive)?;
+        Ok(collected)
+    })
+}
+
+/// Rewrites `input` with every name relative to its first entry, the tree's root.
+fn relative(input: impl Read, out: impl Write) -> io::Result<()> {
+    let mut archive = tar::Archive::new(input);
+    let mut builder = tar::Builder::new(out);
+    let mut root: Option<String> = None;
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let name = raw.trim_start_matches('/').trim_end_matches('/');
+        let rel = match &root {
+            None => {
+                root = Some(name.to_string());
+                continue;
+            }
+            Some(r) if r.is_empty() || r == "." => name.strip_prefix("./").unwrap_or(name),
+            Some(r) => match name.strip_prefix(r.as_str()).and_then(|rest| rest.strip_prefix('/')) {
+                Some(rest) => rest,
+                None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("the engine returned {raw:?} outside the zone's tree"))),
+            },
+        };
+        if rel.is_empty() {
+            continue;
+        }
+        let kind = entry.header().entry_type();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(entry.header().mode().unwrap_or(0o644) & 0o7777);
+        let rel = rel.to_string();
+        if kind.is_file() {
+            h.set_size(entry.size());
+            builder.append_data(&mut h, &rel, &mut entry)?;
+        } else {
+            h.set_size(0);
+            builder.append_data(&mut h, if kind.is_dir() { format!("{rel}/") } else { rel }, io::empty())?;
+        }
+    }
+    builder.into_inner()?.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tar_of(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data) in entries {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(0o644);
+            h.set_size(data.len() as u64);
+            h.set_uid(0);
+            b.append_data(&mut h, name, *data).expect("entry");
+        }
+        b.into_inner().expect("tar")
+    }
+
+    fn names(archive: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        relative(archive, &mut out).expect("rewrites");
+        let mut a = tar::Archive::new(out.as_slice());
+        a.entries().expect("entries").map(|e| String::from_utf8_lossy(&e.expect("entry").path_bytes()).into_owned()).collect()
+    }
+
+    #[test]
+    fn docker_and_podman_names_become_relative() {
+        use tar::EntryType as T;
+        let docker = tar_of(&[("0/", T::Directory, b""), ("0/a.txt", T::Regular, b"a"), ("0/d/", T::Directory, b""), ("0/d/b", T::Regular, b"b")]);
+        assert_eq!(names(&docker), ["a.txt", "d/", "d/b"]);
+        let podman = tar_of(&[("./", T::Directory, b""), ("./a.txt", T::Regular, b"a")]);
+        assert_eq!(names(&podman), ["a.txt"]);
+    }
+
+    #[test]
+    fn an_entry_outside_the_root_spoils_the_whole_archive() {
+        use tar::EntryType as T;
+        let bad = tar_of(&[("0/", T::Directory, b""), ("0/a", T::Regular, b"a"), ("01/evil", T::Regular, b"x")]);
+        assert!(relative(bad.as_slice(), Vec::new()).is_err());
+    }
+
+    #[test]
+    fn links_reach_the_checker_as_links_and_are_refused() {
+        use tar::EntryType as T;
+        let archive = tar_of(&[("0/", T::Directory, b""), ("0/l", T::Symlink, b""), ("0/ok", T::Regular, b"fine")]);
+        let mut staging = Staging::new().expect("staging");
+        let c = collect(archive.as_slice(), &Policy::default(), &mut staging).expect("collects");
+        assert_eq!(c.files.keys().cloned().collect::<Vec<_>>(), vec![vec!["ok".to_string()]]);
+        assert!(c.covered_by_refusal(&["l".to_string()]));
+    }
+}
