@@ -50,6 +50,9 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         for n in &report.networks {
             outln!("removed network {n}");
         }
+        for v in &report.volumes {
+            outln!("removed volume {v}");
+        }
         for f in &report.firewall {
             outln!("removed the firewall rules of {f}");
         }
@@ -71,6 +74,7 @@ pub fn run(args: &GcArgs) -> Result<i32, CliError> {
         if report.host.is_empty()
             && report.containers.is_empty()
             && report.networks.is_empty()
+            && report.volumes.is_empty()
             && report.firewall.is_empty()
             && report.images.is_empty()
             && report.errors.is_empty()

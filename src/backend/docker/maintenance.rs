@@ -86,6 +86,7 @@ pub fn diagnose() -> DockerDiagnosis {
         };
         d.engine = Some(engine.label().to_string());
         d.engine_notes = super::engine::notes(&engine, d.address.as_deref().unwrap_or_default());
+        d.engine_notes.extend(super::placement::describe(d.address.as_deref().unwrap_or_default()));
         let v = docker.client_version();
         d.negotiated_api = Some(format!("{}.{}", v.major_version, v.minor_version));
         match docker.version().await {
@@ -116,6 +117,8 @@ pub struct GcReport {
     pub containers: Vec<String>,
     /// Run networks removed (proxied runs), by name.
     pub networks: Vec<String>,
+    /// Volumes of runs on a remote engine (shipped zones) whose workcell is gone, by name.
+    pub volumes: Vec<String>,
     /// Runs whose host firewall rules were removed, by name.
     pub firewall: Vec<String>,
     /// Images removed, by tag or id.
@@ -198,6 +201,7 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
     }
 
     networks(&docker, &mut report).await?;
+    volumes(&docker, &mut report).await?;
 
     // Base images are per worker user: keep the ones of every user a run from here would use
     // (this user, the current directory's owner as root, the fallback user).
@@ -243,6 +247,27 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
         }
     }
     Ok(report)
+}
+
+/// The volumes of shipped zones (`ship`) whose workcell is gone, or that name no owner.
+async fn volumes(docker: &bollard::Docker, report: &mut GcReport) -> Result<(), DockerError> {
+    let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=true")])]);
+    let list = docker
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions { filters: Some(filters) }))
+        .await
+        .map_err(|e| DockerError::Api { what: "list volumes".into(), source: e })?;
+    for v in list.volumes.unwrap_or_default() {
+        if owner_alive(&v.labels) == Some(true) {
+            continue;
+        }
+        let opts = bollard::query_parameters::RemoveVolumeOptions { force: true };
+        match docker.remove_volume(&v.name, Some(opts)).await {
+            Ok(()) => report.volumes.push(v.name),
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404 | 409, .. }) => {}
+            Err(e) => report.errors.push(format!("volume {}: {}", v.name, api_message(&e))),
+        }
+    }
+    Ok(())
 }
 
 /// A `build:` image is current when its folder still exists and still hashes to its tag.

@@ -94,11 +94,20 @@ impl From<DockerError> for BackendError {
             DockerError::Unreachable { address, reason } => BackendError::Unavailable {
                 backend: "docker",
                 reason: format!("cannot reach the Docker daemon at {address}: {reason}"),
-                fix: UNREACHABLE_FIX.to_string(),
+                fix: unreachable_fix(&address),
             },
             other => BackendError::Docker(other),
         }
     }
+}
+
+/// What to do about an engine that does not answer at `address`: for one over the network,
+/// also how workcell speaks TLS to it.
+fn unreachable_fix(address: &str) -> String {
+    if address.starts_with("tcp://") && std::env::var_os("DOCKER_TLS_VERIFY").is_none() {
+        return format!("{UNREACHABLE_FIX}. An engine that requires TLS needs DOCKER_TLS_VERIFY=1 and DOCKER_CERT_PATH (a directory with ca.pem, cert.pem and key.pem; default ~/.docker)");
+    }
+    UNREACHABLE_FIX.to_string()
 }
 
 /// The daemon's own message for an API error, without bollard's wrapping.
@@ -207,7 +216,12 @@ pub fn probe() -> Result<String, BackendError> {
 /// A shipped plan (`plan.shipped`: the engine cannot see this host's files) has its zones
 /// shipped ([`ship`]), and its writable zones brought back into `returns` after a run that
 /// ended by itself.
-pub fn run(plan: &LaunchPlan, output: super::Output, egress: Option<&dyn EgressProxy>, returns: Option<&ship::Returns>) -> Result<super::Finished, BackendError> {
+pub fn run(
+    plan: &LaunchPlan,
+    output: super::Output,
+    egress: Option<&dyn EgressProxy>,
+    returns: Option<&ship::Returns>,
+) -> Result<super::Finished, BackendError> {
     let sink = match output {
         super::Output::Inherit => runner::Sink::Inherit,
         super::Output::Capture => runner::Sink::Capture(std::sync::Arc::new(std::sync::Mutex::new(super::capture::Streams::default()))),

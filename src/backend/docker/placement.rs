@@ -3,10 +3,10 @@
 //! or nothing. Decided, never guessed:
 //!
 //! - an address over the network (`tcp://`, `http(s)://`, `ssh://`) is remote;
-//! - a unix socket whose listening process is in workcell's own mount namespace sees exactly
-//!   what workcell sees: local;
-//! - otherwise (a socket passed in from another namespace, rootless engines in a namespace of
-//!   their own) workcell asks the engine: it creates a container, never started, binding a
+//! - a unix socket whose listening process is the engine itself (`dockerd`, `podman`) in
+//!   workcell's own mount namespace sees exactly what workcell sees: local;
+//! - otherwise (a forwarded socket: `ssh -L`, socat; a socket passed in from another
+//!   namespace; rootless engines in a namespace of their own) workcell asks the engine: it creates a container, never started, binding a
 //!   fresh directory holding a random token, and reads the token back through the archive
 //!   API. Only the token read back makes the engine local. The answer is kept for the
 //!   process (an MCP server runs many commands).
@@ -54,6 +54,17 @@ pub fn remote(plan: &LaunchPlan) -> Result<Option<String>, DockerError> {
     Ok(answer)
 }
 
+/// What `doctor` says about how zones reach the engine at `address`.
+pub fn describe(address: &str) -> Option<String> {
+    match by_address(address) {
+        Some(Some(why)) => Some(format!(
+            "{why}: zones are shipped to it (copied in; writable ones brought back, checked and published as with `delivery: copy`); `image: host` and network rules are refused there"
+        )),
+        Some(None) => None,
+        None => Some("the engine is in another mount namespace: the first run asks it whether it sees this host's files, and ships the zones if not".into()),
+    }
+}
+
 /// What the address alone proves: `Some(Some(_))` remote, `Some(None)` local, `None` unknown.
 fn by_address(address: &str) -> Option<Option<String>> {
     let scheme = address.split("://").next().unwrap_or_default();
@@ -63,10 +74,19 @@ fn by_address(address: &str) -> Option<Option<String>> {
     let path = address.strip_prefix("unix://")?;
     let stream = std::os::unix::net::UnixStream::connect(path).ok()?;
     let pid = rustix::net::sockopt::socket_peercred(&stream).ok()?.pid.as_raw_nonzero().get();
+    // The listener must be the engine itself: a forwarder in this namespace (`ssh -L` of a
+    // remote socket, socat) proves nothing about where the engine is.
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    if !ENGINES.contains(&comm.trim_end()) {
+        return None;
+    }
     let theirs = std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()?;
     let ours = std::fs::read_link("/proc/self/ns/mnt").ok()?;
     (theirs == ours).then_some(None)
 }
+
+/// The names (`/proc/PID/comm`) of engines that serve the API themselves.
+const ENGINES: &[&str] = &["dockerd", "podman"];
 
 /// Asks the engine to bind a fresh host directory and reads back the token in it.
 async fn sees_host_files(docker: &Docker, plan: &LaunchPlan) -> Result<bool, DockerError> {
