@@ -122,6 +122,17 @@ fn tls_required() -> bool {
     false
 }
 
+/// A CA, the engine's and a client's certificates in `dir`; the client's directory (for
+/// DOCKER_CERT_PATH) is returned.
+fn certificates(dir: &Path) -> std::path::PathBuf {
+    ca(dir, "workcell-test-ca");
+    signed(dir, "server", "serverAuth");
+    signed(dir, "client", "clientAuth");
+    let client = dir.join("client-certs");
+    client_dir(dir, &client);
+    client
+}
+
 #[test]
 fn a_remote_engine_over_tls_gets_its_zones_shipped_and_brought_back() {
     if !tls_required() {
@@ -129,11 +140,7 @@ fn a_remote_engine_over_tls_gets_its_zones_shipped_and_brought_back() {
     }
     let certs = tempfile::tempdir().expect("tempdir");
     let dir = certs.path();
-    ca(dir, "workcell-test-ca");
-    signed(dir, "server", "serverAuth");
-    signed(dir, "client", "clientAuth");
-    let client = dir.join("client-certs");
-    client_dir(dir, &client);
+    let client = certificates(dir);
     // A client certificate from a CA the engine does not trust.
     let other = dir.join("other");
     std::fs::create_dir_all(&other).expect("mkdir");
@@ -183,6 +190,46 @@ fn a_remote_engine_over_tls_gets_its_zones_shipped_and_brought_back() {
     assert!(!proj.dir.join("out/old.txt").exists(), "the deletion was published");
     assert!(!proj.dir.join("in/x").exists());
     assert!(err.contains("delivery of zone out"), "{err}");
+    proj.assert_no_containers();
+    assert!(volumes_of(&proj).is_empty(), "volumes left behind: {:?}", volumes_of(&proj));
+}
+
+/// A writable zone that is the project directory, shipped: the worker may change its copy of
+/// `workcell.yaml`, create `workers/`, plant a git hook; none of it is published, the rest is.
+#[test]
+fn a_shipped_project_zone_never_publishes_control_files_or_hooks() {
+    if !tls_required() {
+        return;
+    }
+    let certs = tempfile::tempdir().expect("tempdir");
+    let client = certificates(certs.path());
+    let tls = Terminator::start(certs.path());
+    let image = BusyboxImage::build("tls-control");
+    let proj = Proj::new();
+    let config = format!("sandbox:\n  zones:\n    proj: {{path: ., mode: rw}}\ndefaults:\n  image: {}\n", image.tag);
+    std::fs::write(proj.dir.join("workcell.yaml"), &config).expect("config");
+    std::fs::create_dir_all(proj.dir.join(".git/hooks")).expect("git dir");
+    std::fs::write(proj.dir.join(".git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
+    std::fs::create_dir_all(proj.dir.join(".git/objects")).expect("objects");
+    support::give_to_worker(&proj.dir);
+    let script = "echo 'defaults: {image: host}' >> /proj/workcell.yaml && mkdir -p /proj/workers && echo 'command: [id]' > /proj/workers/w.worker \
+        && echo 'rm -rf ~' > /proj/.git/hooks/pre-commit && echo kept > /proj/result.txt";
+    let out = proj
+        .workcell()
+        .args(["run", "--backend", "docker", "--approve-all", "--", "/bin/busybox", "sh", "-c", script])
+        .env("DOCKER_HOST", tls.address())
+        .env("DOCKER_TLS_VERIFY", "1")
+        .env("DOCKER_CERT_PATH", &client)
+        .output()
+        .expect("workcell");
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Something was held back: exit 3, and each refusal named.
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert_eq!(std::fs::read_to_string(proj.dir.join("workcell.yaml")).expect("config"), config, "the config was published: {err}");
+    assert!(!proj.dir.join("workers/w.worker").exists(), "a worker file was published: {err}");
+    assert!(!proj.dir.join(".git/hooks/pre-commit").exists(), "a hook was published: {err}");
+    assert_eq!(std::fs::read_to_string(proj.dir.join("result.txt")).expect("the rest is published"), "kept\n");
+    assert!(err.contains("control file 'workcell.yaml'") && err.contains(".git/hooks/pre-commit"), "{err}");
     proj.assert_no_containers();
     assert!(volumes_of(&proj).is_empty(), "volumes left behind: {:?}", volumes_of(&proj));
 }

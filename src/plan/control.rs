@@ -83,6 +83,15 @@ pub(super) fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<
     Ok(out)
 }
 
+/// The control files of `project` inside the mount `m`, as paths relative to it, whether
+/// they exist or not: what a zone shipped to a remote engine never publishes (`ship`).
+pub(super) fn control_names(project: &Project, m: &PlanMount) -> Vec<String> {
+    let config = project.file.as_deref().and_then(Path::file_name).map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| CONFIG_FILE.into());
+    let entries = CONTROL_DIRS.iter().map(|n| project.dir.join(n)).chain([project.dir.join(&config)]);
+    let builds = project.build_folders().into_iter().map(|(d, _)| super::inside(Path::new("/"), &d).map(|r| Path::new("/").join(r)).unwrap_or(d));
+    entries.chain(builds).filter_map(|e| e.strip_prefix(&m.source).ok().map(|r| r.to_string_lossy().into_owned())).filter(|r| !r.is_empty()).collect()
+}
+
 /// Creates `rel` beneath the zone handle `zone` and its missing parents, one name at a time,
 /// each owned by the owner of the zone's directory (a root workcell must not leave root-owned
 /// directories in a user's project). Never follows a link: a link (or file) on the way stops

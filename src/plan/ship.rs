@@ -7,12 +7,13 @@
 //! What cannot reach such an engine is refused with the way out: `image: host` (the host's
 //! `/usr` is not there) and network rules (the egress proxy and the firewall that makes it
 //! the only way out live on this host). The read-only binds a local run lays over a zone
-//! (the project's control files, the files the host runs) become paths held back at publish.
+//! become paths held back at publish: the project's control files by name
+//! ([`CopyMount::withhold`]), the files the host runs by the zone's protection, as for any
+//! copy.
 
-use std::path::Path;
-
-use super::{zone_mounts_as, CopyMount, LaunchPlan, Network, PlanError};
+use super::{control, zone_mounts_as, CopyMount, LaunchPlan, Network, PlanError};
 use crate::config::ImageRef;
+use crate::config::Project;
 use crate::sandbox::Sandbox;
 
 /// Why a plan cannot run on a remote engine.
@@ -34,7 +35,7 @@ impl LaunchPlan {
     /// Makes this plan one for the remote engine described by `engine` ("the engine at
     /// tcp://… is on another host"): every zone a copy, shipped; the binds laid over zones
     /// held back at publish instead.
-    pub fn ship(&mut self, sandbox: &Sandbox, engine: &str) -> Result<(), PlanError> {
+    pub fn ship(&mut self, project: &Project, sandbox: &Sandbox, engine: &str) -> Result<(), PlanError> {
         let engine = engine.to_string();
         if self.image == ImageRef::Host {
             return Err(RemoteRefusal::HostImage { engine }.into());
@@ -45,22 +46,17 @@ impl LaunchPlan {
         // Writable wherever the zone is: a copy's changes are approved before they are
         // published, not refused while the worker makes them.
         let zones = zone_mounts_as(sandbox, true);
-        let is_zone = |target: &str| zones.iter().any(|(z, _)| z.target == target);
-        let laid_over: Vec<_> = std::mem::take(&mut self.mounts).into_iter().filter(|m| !is_zone(&m.target)).collect();
         let kept: Vec<_> = zones.iter().map(|(m, _)| m.clone()).collect();
+        // The refusals of a local run's writable zones hold here too (a zone holding the
+        // project, inside its control files, a `build:` folder); the pins it makes are
+        // not used: a copy cannot rename the host's directories.
+        control::control_mounts(project, &kept)?;
         for (m, name) in &zones {
             if !self.copies.iter().any(|c| c.target == m.target) {
                 self.copies.push(CopyMount { target: m.target.clone(), zone: name.clone(), writable: !m.read_only, withhold: Vec::new() });
             }
-        }
-        // Only the read-only binds: the others are pins (directories bound onto themselves so
-        // that they cannot be renamed), which a copy does not need.
-        for over in laid_over.into_iter().filter(|m| m.read_only) {
-            // The innermost zone holding it: its copy carries the file, its publish holds it back.
-            let holder = self.copies.iter_mut().filter(|c| c.writable && Path::new(&over.target).starts_with(&c.target)).max_by_key(|c| c.target.len());
-            let Some(copy) = holder else { continue };
-            if let Ok(rel) = Path::new(&over.target).strip_prefix(&copy.target) {
-                copy.withhold.push(rel.to_string_lossy().into_owned());
+            if let Some(copy) = self.copies.iter_mut().find(|c| c.target == m.target && c.writable) {
+                copy.withhold = control::control_names(project, m);
             }
         }
         self.mounts = kept;

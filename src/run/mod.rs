@@ -162,7 +162,7 @@ impl Session {
         let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
         // An engine that cannot see this host's files gets every zone shipped as a copy.
         if selected == Selected::Docker {
-            ship(&mut plan, &sandbox, &spec.services)?;
+            ship(&mut plan, &spec.project, &sandbox, &spec.services)?;
         }
         // Before the backend sees the plan: copy-delivered zones are bound as private copies.
         let deliveries = delivery::prepare(&mut plan, &sandbox)?;
@@ -343,7 +343,7 @@ impl Session {
 
 /// Makes `plan` one for a remote engine when the docker engine cannot see this host's files
 /// (`backend::docker::placement`); refuses the services that need it on this host.
-fn ship(plan: &mut LaunchPlan, sandbox: &crate::sandbox::Sandbox, services: &Services<'_>) -> Result<(), RunError> {
+fn ship(plan: &mut LaunchPlan, project: &Project, sandbox: &crate::sandbox::Sandbox, services: &Services<'_>) -> Result<(), RunError> {
     let Some(engine) = backend::docker::placement::remote(plan).map_err(|e| RunError::Backend(e.into()))? else { return Ok(()) };
     let what = match services {
         Services::Resident | Services::Agent { .. } => Some("an MCP session's sandbox"),
@@ -354,7 +354,7 @@ fn ship(plan: &mut LaunchPlan, sandbox: &crate::sandbox::Sandbox, services: &Ser
     if let Some(what) = what {
         return Err(PlanError::from(crate::plan::ship::RemoteRefusal::Service { what, engine }).into());
     }
-    plan.ship(sandbox, &engine)?;
+    plan.ship(project, sandbox, &engine)?;
     Ok(())
 }
 
