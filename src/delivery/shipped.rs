@@ -8,16 +8,25 @@
 //! file as [`super::collect::OVERSIZE_KEY`]) and link targets are dropped, and links and
 //! special files keep their type so that the checker refuses them as it does locally.
 
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
 
 use super::collect::{self, Collected, Staging};
 use super::{DeliveryError, Policy};
 
 /// Checks the archive `input` (as the engine sent it) against `policy`, staging what passes.
-pub fn collect(input: impl Read + Send, policy: &Policy, staging: &mut Staging) -> Result<Collected, DeliveryError> {
+///
+/// Read twice: an engine's tar names a hard-linked file's first name as a plain file and
+/// only the later ones as links to it; the first pass finds those, so that every name of
+/// such a file reaches the checker as a link (refused, as on this host, where the walk marks
+/// every name of a file with more than one).
+pub fn collect(mut input: std::fs::File, policy: &Policy, staging: &mut Staging) -> Result<Collected, DeliveryError> {
+    use std::io::Seek;
+    let linked = link_targets(&mut input).map_err(DeliveryError::Archive)?;
+    input.rewind().map_err(DeliveryError::Archive)?;
     let (reader, writer) = io::pipe().map_err(DeliveryError::io("open a pipe", ""))?;
     std::thread::scope(|s| {
-        let rewriter = s.spawn(move || relative(input, writer));
+        let rewriter = s.spawn(move || relative(input, writer, &linked));
         let collected = collect::collect_tar(reader, policy, staging);
         let rewritten = rewriter.join().unwrap_or_else(|_| Err(io::Error::other("the archive reader panicked")));
         // The checker stopped early (a limit): its error is the reason, not the broken pipe.
@@ -27,19 +36,22 @@ pub fn collect(input: impl Read + Send, policy: &Policy, staging: &mut Staging) 
     })
 }
 
-/// Rewrites `input` with every name relative to its first entry, the tree's root.
-fn relative(input: impl Read, out: impl Write) -> io::Result<()> {
-    let mut archive = tar::Archive::new(input);
-    let mut builder = tar::Builder::new(out);
-    let mut root: Option<String> = None;
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let raw = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+/// The names of the tree's root and beneath it, relative to the root: the first entry names
+/// the root; a later one outside it spoils the archive.
+#[derive(Default)]
+struct Names {
+    root: Option<String>,
+}
+
+impl Names {
+    /// `raw` relative to the root; `None` for the root itself.
+    fn relative(&mut self, raw: &[u8]) -> io::Result<Option<String>> {
+        let raw = String::from_utf8_lossy(raw);
         let name = raw.trim_start_matches('/').trim_end_matches('/');
-        let rel = match &root {
+        let rel = match &self.root {
             None => {
-                root = Some(name.to_string());
-                continue;
+                self.root = Some(name.to_string());
+                return Ok(None);
             }
             Some(r) if r.is_empty() || r == "." => name.strip_prefix("./").unwrap_or(name),
             Some(r) => match name.strip_prefix(r.as_str()).and_then(|rest| rest.strip_prefix('/')) {
@@ -47,10 +59,41 @@ fn relative(input: impl Read, out: impl Write) -> io::Result<()> {
                 None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("the engine returned {raw:?} outside the zone's tree"))),
             },
         };
-        if rel.is_empty() {
-            continue;
+        Ok((!rel.is_empty()).then(|| rel.to_string()))
+    }
+}
+
+/// The (relative) names that hard links in `input` point at.
+fn link_targets(input: impl Read) -> io::Result<HashSet<String>> {
+    let mut archive = tar::Archive::new(input);
+    let mut names = Names::default();
+    let mut out = HashSet::new();
+    for entry in archive.entries()? {
+        let entry = entry?;
+        names.relative(&entry.path_bytes())?;
+        if entry.header().entry_type() == tar::EntryType::Link {
+            if let Some(target) = entry.link_name_bytes() {
+                let mut again = Names { root: names.root.clone() };
+                if let Some(t) = again.relative(&target)? {
+                    out.insert(t);
+                }
+            }
         }
-        let kind = entry.header().entry_type();
+    }
+    Ok(out)
+}
+
+/// Rewrites `input` with every name relative to its first entry, the tree's root; a name in
+/// `linked` goes on as a hard link.
+fn relative(input: impl Read, out: impl Write, linked: &HashSet<String>) -> io::Result<()> {
+    let mut archive = tar::Archive::new(input);
+    let mut builder = tar::Builder::new(out);
+    let mut names = Names::default();
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        let Some(rel) = names.relative(&entry.path_bytes())? else { continue };
+        let rel = rel.as_str();
+        let kind = if linked.contains(rel) { tar::EntryType::Link } else { entry.header().entry_type() };
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
         h.set_mode(entry.header().mode().unwrap_or(0o644) & 0o7777);
@@ -85,7 +128,7 @@ mod tests {
 
     fn names(archive: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
-        relative(archive, &mut out).expect("rewrites");
+        relative(archive, &mut out, &HashSet::new()).expect("rewrites");
         let mut a = tar::Archive::new(out.as_slice());
         a.entries().expect("entries").map(|e| String::from_utf8_lossy(&e.expect("entry").path_bytes()).into_owned()).collect()
     }
@@ -103,16 +146,43 @@ mod tests {
     fn an_entry_outside_the_root_spoils_the_whole_archive() {
         use tar::EntryType as T;
         let bad = tar_of(&[("0/", T::Directory, b""), ("0/a", T::Regular, b"a"), ("01/evil", T::Regular, b"x")]);
-        assert!(relative(bad.as_slice(), Vec::new()).is_err());
+        assert!(relative(bad.as_slice(), Vec::new(), &HashSet::new()).is_err());
     }
 
     #[test]
     fn links_reach_the_checker_as_links_and_are_refused() {
         use tar::EntryType as T;
         let archive = tar_of(&[("0/", T::Directory, b""), ("0/l", T::Symlink, b""), ("0/ok", T::Regular, b"fine")]);
-        let mut staging = Staging::new().expect("staging");
-        let c = collect(archive.as_slice(), &Policy::default(), &mut staging).expect("collects");
+        let c = collected(&archive);
         assert_eq!(c.files.keys().cloned().collect::<Vec<_>>(), vec![vec!["ok".to_string()]]);
         assert!(c.covered_by_refusal(&["l".to_string()]));
+    }
+
+    fn collected(archive: &[u8]) -> Collected {
+        let mut file = tempfile::tempfile().expect("file");
+        file.write_all(archive).expect("write");
+        std::io::Seek::rewind(&mut file).expect("rewind");
+        let mut staging = Staging::new().expect("staging");
+        collect(file, &Policy::default(), &mut staging).expect("collects")
+    }
+
+    #[test]
+    fn every_name_of_a_hard_linked_file_is_refused() {
+        use tar::EntryType as T;
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, data) in [("0/", T::Directory, &b""[..]), ("0/h.md", T::Regular, b"data"), ("0/ok.md", T::Regular, b"ok")] {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(0o644);
+            h.set_size(data.len() as u64);
+            b.append_data(&mut h, name, data).expect("entry");
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(T::Link);
+        h.set_size(0);
+        b.append_link(&mut h, "0/hard.md", "0/h.md").expect("link");
+        let c = collected(&b.into_inner().expect("tar"));
+        assert_eq!(c.files.keys().cloned().collect::<Vec<_>>(), vec![vec!["ok.md".to_string()]]);
+        assert!(c.covered_by_refusal(&["h.md".to_string()]) && c.covered_by_refusal(&["hard.md".to_string()]));
     }
 }

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fixture;
+pub mod remote;
 pub mod render;
 pub mod servers;
 
@@ -15,9 +16,10 @@ use assert_cmd::Command;
 use workcell::backend::cgroup::{Controller, Support};
 
 /// Whether `backend` ("bwrap", "docker", "docker+runsc": docker with gVisor's runtime,
-/// "podman": docker against Podman's service, or "none", which always works) works here.
-/// Without it the test is skipped with a note, unless `WORKCELL_REQUIRE_BWRAP=1` /
-/// `WORKCELL_REQUIRE_DOCKER=1` / `WORKCELL_REQUIRE_RUNSC=1` / `WORKCELL_REQUIRE_PODMAN=1`
+/// "podman": docker against Podman's service, "remote": docker against an engine on another
+/// host, or "none", which always works) works here. Without it the test is skipped with a
+/// note, unless `WORKCELL_REQUIRE_BWRAP=1` / `WORKCELL_REQUIRE_DOCKER=1` /
+/// `WORKCELL_REQUIRE_RUNSC=1` / `WORKCELL_REQUIRE_PODMAN=1` / `WORKCELL_REQUIRE_REMOTE=1`
 /// makes that a failure.
 pub fn backend_ready(backend: &str) -> bool {
     let (result, gate) = match backend {
@@ -35,6 +37,9 @@ pub fn backend_ready(backend: &str) -> bool {
         // The docker backend against Podman's Docker-compatible service: the socket named by
         // WORKCELL_PODMAN_SOCKET becomes this test process's DOCKER_HOST (see `podman_probe`).
         "podman" => (podman_probe(), "WORKCELL_REQUIRE_PODMAN"),
+        // The docker backend against an engine on a "second host" (`.ci/remote-engine`,
+        // tests/support/remote.rs): only whether one can be made here; each test makes its own.
+        "remote" => (remote::probe(), "WORKCELL_REQUIRE_REMOTE"),
         "none" => return true,
         other => panic!("unknown backend {other}"),
     };

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod firewall;
 pub mod image;
 mod init;
+mod init_error;
 mod listing;
 pub mod maintenance;
 pub mod network;
@@ -41,6 +42,9 @@ pub use render::{render, DockerSettings};
 
 /// How long `probe` waits for a daemon that accepted the connection but does not answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The same over TLS or ssh, where the answer takes two calls of `/version` (which Podman
+/// answers in up to a second when idle) and a handshake.
+const REMOTE_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const UNREACHABLE_FIX: &str = "Start it (e.g. `systemctl start docker`), or point DOCKER_HOST at a running daemon (Podman: unix://$XDG_RUNTIME_DIR/podman/podman.sock); `workcell doctor` shows what was tried";
 
@@ -157,14 +161,15 @@ pub async fn connect() -> Result<Docker, DockerError> {
     connect_engine().await.map(|(docker, _)| docker)
 }
 
-/// [`connect`], also telling which engine answered. On a unix socket one `/_ping` tells both
-/// (Podman's `/version` is slow: see [`rawhttp`]); elsewhere `/version` does.
+/// [`connect`], also telling which engine answered. On a unix socket or plain TCP one
+/// `/_ping` tells both (Podman's `/version` is slow: see [`rawhttp`]); over TLS or ssh,
+/// `/version` does.
 pub async fn connect_engine() -> Result<(Docker, engine::Engine), DockerError> {
     let (address, docker) = client()?;
     let unreachable = |reason: String| DockerError::Unreachable { address: address.clone(), reason };
     let too_slow = || format!("no answer within {}s", PROBE_TIMEOUT.as_secs());
-    if let Some(path) = address.strip_prefix("unix://") {
-        let pong = match tokio::time::timeout(PROBE_TIMEOUT, rawhttp::ping(std::path::Path::new(path))).await {
+    if let Some(at) = rawhttp::Endpoint::of(&address) {
+        let pong = match tokio::time::timeout(PROBE_TIMEOUT, rawhttp::ping(at)).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Err(_) => return Err(unreachable(too_slow())),
@@ -172,14 +177,19 @@ pub async fn connect_engine() -> Result<(Docker, engine::Engine), DockerError> {
         if let Some((major, minor)) = pong.api_version {
             let server = bollard::ClientVersion { major_version: major, minor_version: minor };
             let version = if server < *bollard::API_DEFAULT_VERSION { server } else { *bollard::API_DEFAULT_VERSION };
-            let docker = Docker::connect_with_unix(&address, 120, &version).map_err(|e| unreachable(e.to_string()))?;
+            let docker = match at {
+                rawhttp::Endpoint::Unix(_) => Docker::connect_with_unix(&address, 120, &version),
+                rawhttp::Endpoint::Tcp(_) => Docker::connect_with_http(&address, 120, &version),
+            }
+            .map_err(|e| unreachable(e.to_string()))?;
             return Ok((docker, pong.engine));
         }
     }
-    let docker = match tokio::time::timeout(PROBE_TIMEOUT, docker.negotiate_version()).await {
+    // TLS or ssh: bollard's own calls (Podman's `/version` is slow: a longer wait).
+    let docker = match tokio::time::timeout(REMOTE_PROBE_TIMEOUT, docker.negotiate_version()).await {
         Ok(Ok(d)) => d,
         Ok(Err(e)) => return Err(unreachable(e.to_string())),
-        Err(_) => return Err(unreachable(too_slow())),
+        Err(_) => return Err(unreachable(format!("no answer within {}s", REMOTE_PROBE_TIMEOUT.as_secs()))),
     };
     let engine = engine::Engine::detect(&docker).await;
     Ok((docker, engine))

@@ -1,4 +1,4 @@
-//! Plain HTTP/1.0 requests on a local socket (one exchange, which the daemon closes) for
+//! Plain HTTP/1.0 requests on a local socket or plain TCP (one exchange, which the daemon closes) for
 //! what bollard cannot give:
 //!
 //! - `GET /_ping` read for its headers: the API version the daemon speaks and which engine it
@@ -25,9 +25,34 @@ pub struct Pong {
 /// The most of an answer read: a ping's is a few hundred bytes.
 const MAX_ANSWER: u64 = 16 * 1024;
 
-/// Pings the daemon listening on the unix socket `path`.
-pub async fn ping(path: &Path) -> std::io::Result<Pong> {
-    let answer = exchange(path, "/_ping", MAX_ANSWER).await?;
+/// Where a plain exchange goes: a unix socket, or `host:port` over TCP without TLS.
+#[derive(Debug, Clone, Copy)]
+pub enum Endpoint<'a> {
+    Unix(&'a Path),
+    Tcp(&'a str),
+}
+
+impl<'a> Endpoint<'a> {
+    /// The endpoint of a Docker address when one is plain: `unix://PATH`, or `tcp://` and
+    /// `http://` while `DOCKER_TLS_VERIFY` is unset (with it, bollard speaks TLS).
+    pub fn of(address: &'a str) -> Option<Endpoint<'a>> {
+        if let Some(path) = address.strip_prefix("unix://") {
+            return Some(Endpoint::Unix(Path::new(path)));
+        }
+        if std::env::var_os("DOCKER_TLS_VERIFY").is_some() {
+            return None;
+        }
+        let rest = address.strip_prefix("tcp://").or_else(|| address.strip_prefix("http://"))?;
+        Some(Endpoint::Tcp(rest.trim_end_matches('/')))
+    }
+}
+
+/// Pings the daemon at `at`.
+pub async fn ping(at: Endpoint<'_>) -> std::io::Result<Pong> {
+    let answer = match at {
+        Endpoint::Unix(path) => exchange(tokio::net::UnixStream::connect(path).await?, "/_ping", MAX_ANSWER).await?,
+        Endpoint::Tcp(host) => exchange(tokio::net::TcpStream::connect(host).await?, "/_ping", MAX_ANSWER).await?,
+    };
     let text = String::from_utf8_lossy(&answer);
     parse(&text).ok_or_else(|| invalid(format!("not a Docker API answer: {:?}", first_line(&text))))
 }
@@ -37,7 +62,7 @@ const MAX_LISTING: u64 = 64 << 20;
 
 /// `GET uri` (path and query, already encoded) on the unix socket `path`, its body as JSON.
 pub async fn get_json(path: &Path, uri: &str) -> std::io::Result<serde_json::Value> {
-    let answer = exchange(path, uri, MAX_LISTING).await?;
+    let answer = exchange(tokio::net::UnixStream::connect(path).await?, uri, MAX_LISTING).await?;
     let split = answer.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| invalid("an HTTP answer without a body".into()))?;
     let head = String::from_utf8_lossy(&answer[..split]);
     if first_line(&head).split_whitespace().nth(1) != Some("200") {
@@ -52,8 +77,7 @@ pub fn encode(value: &str) -> String {
     value.bytes().map(|b| if b.is_ascii_alphanumeric() || b"-._~".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
 
-async fn exchange(path: &Path, uri: &str, max: u64) -> std::io::Result<Vec<u8>> {
-    let mut stream = tokio::net::UnixStream::connect(path).await?;
+async fn exchange(mut stream: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin, uri: &str, max: u64) -> std::io::Result<Vec<u8>> {
     stream.write_all(format!("GET {uri} HTTP/1.0\r\nHost: docker\r\n\r\n").as_bytes()).await?;
     let mut answer = Vec::new();
     (&mut stream).take(max).read_to_end(&mut answer).await?;

@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::container::remove;
+use super::init_error::InitErrorFilter;
 use super::{image, network, render, DockerError};
 use crate::backend::egress::EgressProxy;
 use crate::backend::outcome::Explained;
@@ -173,11 +174,12 @@ async fn create_and_supervise(
     let command = crate::term::escape(plan.command.first().map(String::as_str).unwrap_or_default()).into_owned();
     let tty = plan.tty;
     let (pipe_docker, pipe_name) = (docker.clone(), name.to_string());
+    let mut filter = InitErrorFilter::new(command, tty);
+    let verdict = filter.verdict();
     let out_task = tokio::spawn(async move {
         let mut piped = false;
         let mut stdout = tokio::io::stdout();
         let mut stderr = tokio::io::stderr();
-        let mut filter = InitErrorFilter::new(command, tty);
         while let Some(frame) = output.next().await {
             let Ok(frame) = frame else { break };
             if let Sink::Capture(buf) = &sink {
@@ -319,7 +321,7 @@ async fn create_and_supervise(
             return Ok(Ended::OomKilled(code));
         }
     }
-    Ok(Ended::Exited(code))
+    Ok(Ended::Exited(verdict.status(code)))
 }
 
 /// Tells the container the terminal's size, so full-screen programs draw correctly.
@@ -329,82 +331,6 @@ async fn resize(docker: &Docker, name: &str) {
             let _ = docker.resize_container_tty(name, ResizeContainerTTYOptions { h: i32::from(ws.ws_row), w: i32::from(ws.ws_col) }).await;
         }
     }
-}
-
-/// Holds back the start of stderr while it could still be tini's one-line report of an
-/// unrunnable command (it may arrive in several frames), then passes everything through.
-struct InitErrorFilter {
-    command: String,
-    pending: Vec<u8>,
-    done: bool,
-}
-
-const TINI_PREFIX: &[u8] = b"[FATAL tini";
-/// tini's report is one short line; a stderr that starts like it and goes on longer without a
-/// newline is the worker's own output, passed through rather than held (it could be endless).
-const TINI_LINE_MAX: usize = 4096;
-
-impl InitErrorFilter {
-    fn new(command: String, tty: bool) -> Self {
-        InitErrorFilter { command, pending: Vec::new(), done: tty }
-    }
-
-    /// The bytes to write now for this chunk of stderr.
-    fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        if self.done {
-            return chunk.to_vec();
-        }
-        self.pending.extend_from_slice(chunk);
-        let n = self.pending.len().min(TINI_PREFIX.len());
-        if self.pending[..n] != TINI_PREFIX[..n] {
-            self.done = true;
-            return std::mem::take(&mut self.pending);
-        }
-        match self.pending.iter().position(|b| *b == b'\n') {
-            None if self.pending.len() > TINI_LINE_MAX => {
-                self.done = true;
-                std::mem::take(&mut self.pending)
-            }
-            Some(i) => {
-                self.done = true;
-                let rest = self.pending.split_off(i + 1);
-                let line = std::mem::take(&mut self.pending);
-                let mut out = rewrite_init_error(&line, &self.command, false).unwrap_or(line);
-                out.extend_from_slice(&rest);
-                out
-            }
-            None => Vec::new(),
-        }
-    }
-
-    /// Whatever is still held back at the end of the stream.
-    fn finish(&mut self) -> Vec<u8> {
-        self.done = true;
-        let line = std::mem::take(&mut self.pending);
-        rewrite_init_error(&line, &self.command, false).unwrap_or(line)
-    }
-}
-
-/// docker-init (tini) reports an unrunnable command as
-/// `[FATAL tini (7)] exec CMD failed: No such file or directory` and exits 127 (126 for
-/// permission denied). Replace that line with a message that says what to do.
-fn rewrite_init_error(message: &[u8], command: &str, tty: bool) -> Option<Vec<u8>> {
-    if tty {
-        return None;
-    }
-    let text = std::str::from_utf8(message).ok()?;
-    if !text.starts_with("[FATAL tini") || !text.contains(" exec ") {
-        return None;
-    }
-    let reason = text.rsplit_once(" failed: ").map(|(_, r)| r.trim()).unwrap_or("");
-    let msg = if reason.contains("No such file") {
-        Explained::NotFound(command.to_string()).message()
-    } else if reason.contains("Permission denied") {
-        Explained::NotExecutable(command.to_string()).message()
-    } else {
-        format!("workcell: {command}: cannot be executed inside the worker: {reason}\n")
-    };
-    Some(msg.into_bytes())
 }
 
 fn create_error(plan: &LaunchPlan, e: bollard::errors::Error) -> DockerError {
@@ -457,36 +383,5 @@ impl RawMode {
 impl Drop for RawMode {
     fn drop(&mut self) {
         let _ = rustix::termios::tcsetattr(std::io::stdin(), rustix::termios::OptionalActions::Now, &self.saved);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tini_errors_are_rewritten() {
-        let m = rewrite_init_error(b"[FATAL tini (7)] exec /nonexistent failed: No such file or directory\n", "/nonexistent", false).unwrap();
-        let m = String::from_utf8(m).unwrap();
-        assert!(m.contains("/nonexistent: command not found"), "{m}");
-        let m = rewrite_init_error(b"[FATAL tini (7)] exec /in/f failed: Permission denied\n", "/in/f", false).unwrap();
-        assert!(String::from_utf8(m).unwrap().contains("not executable"));
-        assert!(rewrite_init_error(b"hello\n", "x", false).is_none());
-    }
-
-    #[test]
-    fn filter_joins_split_frames_and_passes_other_output() {
-        let mut f = InitErrorFilter::new("/nope".into(), false);
-        assert!(f.push(b"[FATAL tini (7)] ").is_empty());
-        let out = f.push(b"exec /nope failed: No such file or directory\nmore\n");
-        let out = String::from_utf8(out).unwrap();
-        assert!(out.contains("/nope: command not found") && out.ends_with("more\n"), "{out}");
-        assert_eq!(f.push(b"x"), b"x");
-        let mut g = InitErrorFilter::new("c".into(), false);
-        assert_eq!(g.push(b"[FA"), b"");
-        assert_eq!(g.push(b"ST"), b"[FAST");
-        let mut h = InitErrorFilter::new("c".into(), false);
-        assert_eq!(h.push(b"[FATAL"), b"");
-        assert_eq!(h.finish(), b"[FATAL");
     }
 }
