@@ -113,6 +113,10 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
             Some(r) => outln!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
             None => outln!("runtime:  the Docker daemon's default"),
         }
+        // Said only for an engine named by DOCKER_HOST: the plan itself asks no engine.
+        if let Some(note) = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).and_then(|h| crate::backend::docker::placement::describe(&h)) {
+            outln!("engine:   {}", escape(&note));
+        }
         print_docker(&docker);
     }
     Ok(0)
