@@ -464,3 +464,81 @@ fn harness_engine_goes_when_its_owner_dies() {
     assert_eq!(host_traces(&name), Vec::<String>::new(), "the engine outlived its owner");
     assert_eq!(processes_of(&name), Vec::<u32>::new(), "processes of {name} left");
 }
+
+/// A unix socket forwarded to the remote engine (`ssh -L`, socat) is served by a process in
+/// this mount namespace, but not by the engine: zones must be shipped, never bound by path
+/// (the engine would bind whatever those paths are on its side).
+#[test]
+fn a_forwarded_socket_gets_the_zones_shipped() {
+    let Some(r) = rig(&[&format!("out: {{path: ./out, mode: rw, {PRE}}}")]) else { return };
+    r.put("out/host.txt", "from the host\n");
+    give_to_worker(&r.dir);
+    let image = r.engine.busybox().to_string();
+    let sock = r.dir.parent().expect("parent").join("fwd.sock");
+    let target = r.engine.docker_host().trim_start_matches("tcp://").to_string();
+    let mut fwd = std::process::Command::new("socat")
+        .arg(format!("UNIX-LISTEN:{},fork", sock.display()))
+        .arg(format!("TCP:{target}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("socat (apt-get install socat)");
+    let start = Instant::now();
+    while !sock.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "socat did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = r
+        .engine
+        .workcell(&r.dir)
+        .env("DOCKER_HOST", format!("unix://{}", sock.display()))
+        .args(["run", "--backend", "docker", "--image", &image, "--", "/bin/sh", "-c", "cat /out/host.txt && echo back > /out/w.txt"])
+        .output()
+        .expect("workcell");
+    let _ = fwd.kill();
+    let _ = fwd.wait();
+    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("from the host"), "the zone was not shipped: {}", stdout(&out));
+    assert_eq!(r.listing("out"), map(&[("host.txt", "from the host\n"), ("w.txt", "back\n")]));
+    r.engine.assert_nothing_left();
+}
+
+/// Ctrl-C while the writable zone comes back: the run ends 130 and nothing is published.
+#[test]
+fn an_interrupted_download_publishes_nothing() {
+    let Some(r) = rig(&[&format!("out: {{path: ./out, mode: rw, {PRE}}}")]) else { return };
+    give_to_worker(&r.dir);
+    let image = r.engine.busybox().to_string();
+    // A large file to bring back (sparse on the engine, every byte in the archive).
+    let mut child = r
+        .engine
+        .workcell_process(&r.dir)
+        .args(["run", "--backend", "docker", "--image", &image, "--", "/bin/sh", "-c", "echo m > /out/marker && truncate -s 3G /out/big && sleep 2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn workcell");
+    // The worker's container is gone while workcell still runs: the download is under way.
+    let start = Instant::now();
+    let mut seen = false;
+    loop {
+        assert!(start.elapsed() < Duration::from_secs(120), "never saw the download phase");
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            panic!("workcell ended before the download could be interrupted: {status}");
+        }
+        let running =
+            r.engine.docker().args(["ps", "-q", "--filter", "label=dev.workcell.managed=true", "--filter", "status=running"]).output().expect("docker ps");
+        let any = !String::from_utf8_lossy(&running.stdout).trim().is_empty();
+        if any {
+            seen = true;
+        } else if seen {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    rustix::process::kill_process(rustix::process::Pid::from_raw(child.id() as i32).expect("pid"), rustix::process::Signal::INT).expect("SIGINT");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr(&out));
+    assert!(r.listing("out").is_empty(), "something was published after the interruption: {:?}", r.listing("out"));
+    r.engine.wait_until_nothing_left(Duration::from_secs(60));
+}

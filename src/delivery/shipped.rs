@@ -10,6 +10,7 @@
 
 use std::collections::HashSet;
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 
 use super::collect::{self, Collected, Staging};
 use super::{DeliveryError, Policy};
@@ -36,35 +37,45 @@ pub fn collect(mut input: std::fs::File, policy: &Policy, staging: &mut Staging)
     })
 }
 
-/// The names of the tree's root and beneath it, relative to the root: the first entry names
-/// the root; a later one outside it spoils the archive.
+/// The names of the tree's root and beneath it, relative to the root, as bytes (a name that
+/// is not UTF-8 reaches the checker as it is, and is refused there as on this host): the
+/// first entry names the root; a later one outside it spoils the archive.
 #[derive(Default)]
 struct Names {
-    root: Option<String>,
+    root: Option<Vec<u8>>,
+}
+
+fn trim(raw: &[u8]) -> &[u8] {
+    let start = raw.iter().position(|b| *b != b'/').unwrap_or(raw.len());
+    let end = raw.iter().rposition(|b| *b != b'/').map_or(start, |e| e + 1).max(start);
+    &raw[start..end]
 }
 
 impl Names {
     /// `raw` relative to the root; `None` for the root itself.
-    fn relative(&mut self, raw: &[u8]) -> io::Result<Option<String>> {
-        let raw = String::from_utf8_lossy(raw);
-        let name = raw.trim_start_matches('/').trim_end_matches('/');
+    fn relative(&mut self, raw: &[u8]) -> io::Result<Option<Vec<u8>>> {
+        let name = trim(raw);
         let rel = match &self.root {
             None => {
-                self.root = Some(name.to_string());
+                self.root = Some(name.to_vec());
                 return Ok(None);
             }
-            Some(r) if r.is_empty() || r == "." => name.strip_prefix("./").unwrap_or(name),
-            Some(r) => match name.strip_prefix(r.as_str()).and_then(|rest| rest.strip_prefix('/')) {
+            Some(r) if r.is_empty() || r == b"." => name.strip_prefix(b"./").unwrap_or(name),
+            Some(r) => match name.strip_prefix(r.as_slice()).and_then(|rest| rest.strip_prefix(b"/")) {
                 Some(rest) => rest,
-                None => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("the engine returned {raw:?} outside the zone's tree"))),
+                None if name == r.as_slice() => &[],
+                None => {
+                    let shown = String::from_utf8_lossy(raw);
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, format!("the engine returned {shown:?} outside the zone's tree")));
+                }
             },
         };
-        Ok((!rel.is_empty()).then(|| rel.to_string()))
+        Ok((!rel.is_empty()).then(|| rel.to_vec()))
     }
 }
 
 /// The (relative) names that hard links in `input` point at.
-fn link_targets(input: impl Read) -> io::Result<HashSet<String>> {
+fn link_targets(input: impl Read) -> io::Result<HashSet<Vec<u8>>> {
     let mut archive = tar::Archive::new(input);
     let mut names = Names::default();
     let mut out = HashSet::new();
@@ -85,25 +96,28 @@ fn link_targets(input: impl Read) -> io::Result<HashSet<String>> {
 
 /// Rewrites `input` with every name relative to its first entry, the tree's root; a name in
 /// `linked` goes on as a hard link.
-fn relative(input: impl Read, out: impl Write, linked: &HashSet<String>) -> io::Result<()> {
+fn relative(input: impl Read, out: impl Write, linked: &HashSet<Vec<u8>>) -> io::Result<()> {
     let mut archive = tar::Archive::new(input);
     let mut builder = tar::Builder::new(out);
     let mut names = Names::default();
     for entry in archive.entries()? {
         let mut entry = entry?;
         let Some(rel) = names.relative(&entry.path_bytes())? else { continue };
-        let rel = rel.as_str();
-        let kind = if linked.contains(rel) { tar::EntryType::Link } else { entry.header().entry_type() };
+        let kind = if linked.contains(&rel) { tar::EntryType::Link } else { entry.header().entry_type() };
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
         h.set_mode(entry.header().mode().unwrap_or(0o644) & 0o7777);
-        let rel = rel.to_string();
+        let mut rel = rel;
+        if kind.is_dir() {
+            rel.push(b'/');
+        }
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&rel));
         if kind.is_file() {
             h.set_size(entry.size());
-            builder.append_data(&mut h, &rel, &mut entry)?;
+            builder.append_data(&mut h, path, &mut entry)?;
         } else {
             h.set_size(0);
-            builder.append_data(&mut h, if kind.is_dir() { format!("{rel}/") } else { rel }, io::empty())?;
+            builder.append_data(&mut h, path, io::empty())?;
         }
     }
     builder.into_inner()?.flush()
@@ -164,6 +178,23 @@ mod tests {
         std::io::Seek::rewind(&mut file).expect("rewind");
         let mut staging = Staging::new().expect("staging");
         collect(file, &Policy::default(), &mut staging).expect("collects")
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_reaches_the_checker_as_it_is() {
+        let mut b = tar::Builder::new(Vec::new());
+        for name in [&b"0/"[..], b"0/bad\xffname", b"0/ok"] {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(if name.ends_with(b"/") { tar::EntryType::Directory } else { tar::EntryType::Regular });
+            h.set_mode(0o644);
+            h.set_size(1);
+            let data: &[u8] = if name.ends_with(b"/") { b"" } else { b"x" };
+            h.set_size(data.len() as u64);
+            b.append_data(&mut h, std::path::Path::new(std::ffi::OsStr::from_bytes(name)), data).expect("entry");
+        }
+        let c = collected(&b.into_inner().expect("tar"));
+        assert_eq!(c.files.keys().cloned().collect::<Vec<_>>(), vec![vec!["ok".to_string()]], "the bad name was renamed into something published");
+        assert!(format!("{:?}", c.refusals()).contains("UTF-8"), "{:?}", c.refusals());
     }
 
     #[test]

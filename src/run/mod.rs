@@ -344,7 +344,7 @@ impl Session {
 /// Makes `plan` one for a remote engine when the docker engine cannot see this host's files
 /// (`backend::docker::placement`); refuses the services that need it on this host.
 fn ship(plan: &mut LaunchPlan, project: &Project, sandbox: &crate::sandbox::Sandbox, services: &Services<'_>) -> Result<(), RunError> {
-    let Some(engine) = backend::docker::placement::remote(plan).map_err(|e| RunError::Backend(e.into()))? else { return Ok(()) };
+    let Some(engine) = backend::docker::placement::remote().map_err(|e| RunError::Backend(e.into()))? else { return Ok(()) };
     let what = match services {
         Services::Resident | Services::Agent { .. } => Some("an MCP session's sandbox"),
         Services::Pool { .. } => Some("a warm pool (`workcell pool fill`)"),

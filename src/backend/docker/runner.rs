@@ -110,7 +110,7 @@ pub async fn run(
     };
     // Creating is raced with the signals too; if a signal wins, the container may exist
     // already, so cleanup below runs on every path from here on.
-    let ended = tokio::select! {
+    let mut ended = tokio::select! {
         r = create_and_supervise(&docker, &engine, plan, &name, options, settings, sink, &mut staging) => r,
         _ = sigint.recv() => Ok(Ended::Signalled(130, "SIGINT")),
         _ = sigterm.recv() => Ok(Ended::Signalled(143, "SIGTERM")),
@@ -121,8 +121,15 @@ pub async fn run(
     if plan.shipped.is_some() {
         // Only a worker that ended by itself has results to deliver (the delivery then
         // judges its exit status as for a copy on this host).
+        // Raced with the signals like the run itself: an interrupted download publishes
+        // nothing (the run then did not end by itself).
         if let (Ok(Ended::Exited(_)), Some(returns)) = (&ended, returns) {
-            super::ship::bring_back(&docker, plan, returns).await;
+            tokio::select! {
+                () = super::ship::bring_back(&docker, plan, returns) => {}
+                _ = sigint.recv() => ended = Ok(Ended::Signalled(130, "SIGINT")),
+                _ = sigterm.recv() => ended = Ok(Ended::Signalled(143, "SIGTERM")),
+                _ = sighup.recv() => ended = Ok(Ended::Signalled(129, "SIGHUP")),
+            }
         }
         super::ship::remove(&docker, &plan.run_id).await;
     }
