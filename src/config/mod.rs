@@ -2,6 +2,7 @@
 //! invalid with file, line and column, and turn the result into one resolved [`Project`]:
 //! a project [`Sandbox`] and the workers with their effective sandboxes.
 
+mod env;
 mod kubernetes;
 mod limits;
 mod mounts;
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 use serde_saphyr::{Location, MessageFormatter, Spanned};
 
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Sandbox, ZoneMode};
+pub use env::valid_env_name;
 pub use kubernetes::Kubernetes;
 pub(crate) use limits::{limits_from, located};
 pub use limits::{parse_count, parse_cpus, parse_file_size, parse_memory, parse_pids, parse_timeout, LimitError, Limits};
@@ -213,6 +215,9 @@ pub struct Defaults {
     pub user: Option<crate::plan::UserSpec>,
     /// `defaults.runtime`: the Docker runtime of workers that name none.
     pub runtime: Option<String>,
+    /// `defaults.env`: variables for every worker (`None`: the host's value), applied before
+    /// the worker's `env:` and `--env`.
+    pub env: indexmap::IndexMap<String, Option<String>>,
 }
 
 /// A loaded, validated project: everything later stages need, read once.
@@ -425,6 +430,7 @@ impl Project {
             limits: rd.limits.as_ref().map(|l| limits_from(l, &diag)).transpose()?.unwrap_or_default(),
             user: rd.user.as_ref().map(|u| parse_user(&u.value).map_err(|m| diag.spanned(u, format!("invalid user '{}': {m}", u.value)))).transpose()?,
             runtime: runtime_from(rd.runtime.as_ref(), &diag)?,
+            env: env::env_from(rd.env.as_ref(), &diag)?,
         };
         let mut project = Project {
             dir: dir.clone(),

@@ -321,6 +321,10 @@ pub struct RawDefaults {
     /// lists (`workcell doctor`). Unset: the daemon's default (usually runc). Docker only.
     #[schemars(with = "Option<RuntimeSchema>")]
     pub runtime: Option<Spanned<String>>,
+    /// Environment for every worker, under the worker's own `env:` and `--env`. A `null`
+    /// value (`NAME:` alone) passes the host's variable through.
+    #[schemars(with = "Option<IndexMap<String, Option<String>>>")]
+    pub env: Option<IndexMap<Spanned<String>, Option<String>>>,
 }
 
 // Schema stand-in for a runtime name, with the characters `config::parse_runtime` accepts.

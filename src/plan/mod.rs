@@ -515,26 +515,26 @@ impl LaunchPlan {
             Network::Proxied => "proxy",
         };
         env.insert("WORKCELL_NETWORK".to_string(), shown.to_string());
-        if let Some(w) = worker {
-            for (k, v) in &w.env {
-                match v {
-                    Some(v) => {
-                        env.insert(k.clone(), v.clone());
-                    }
-                    None => {
-                        if let Ok(v) = std::env::var(k) {
-                            env.insert(k.clone(), v);
-                        }
+        // The project's `defaults.env`, then the worker's `env:`, each over the last.
+        let configured = project.defaults.env.iter().chain(worker.into_iter().flat_map(|w| w.env.iter()));
+        for (k, v) in configured {
+            match v {
+                Some(v) => {
+                    env.insert(k.clone(), v.clone());
+                }
+                None => {
+                    if let Ok(v) = std::env::var(k) {
+                        env.insert(k.clone(), v);
                     }
                 }
             }
         }
         for e in &ov.env {
             match e.split_once('=') {
-                Some((k, v)) if valid_env_name(k) => {
+                Some((k, v)) if crate::config::valid_env_name(k) => {
                     env.insert(k.to_string(), v.to_string());
                 }
-                None if valid_env_name(e) => {
+                None if crate::config::valid_env_name(e) => {
                     if let Ok(v) = std::env::var(e) {
                         env.insert(e.clone(), v);
                     }
@@ -587,10 +587,6 @@ impl LaunchPlan {
     pub fn timeout(&self) -> Option<Duration> {
         self.limits.timeout
     }
-}
-
-fn valid_env_name(k: &str) -> bool {
-    !k.is_empty() && !k.starts_with(|c: char| c.is_ascii_digit()) && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Where the broker directory (socket, call input, attachments) appears in a worker.
