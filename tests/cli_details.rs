@@ -48,6 +48,31 @@ fn stderr(out: &Output) -> String {
 }
 
 #[test]
+fn a_bad_zone_mode_is_named_as_the_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fs::canonicalize(tmp.path()).unwrap();
+    fs::create_dir_all(dir.join("data")).unwrap();
+    for (spec, mode) in [("in=./data:readonly", "readonly"), ("in=./data:RO", "RO"), ("in=./data:", "")] {
+        let out = workcell(&dir, &["run", "--backend", "none", "--zone", spec, "--", "true"]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        let err = stderr(&out);
+        assert!(err.contains(&format!("invalid --zone '{spec}': the mode '{mode}' is not one of ro (read-only) or rw (read-write)")), "{spec}: {err}");
+        assert!(!err.contains("does not exist") && !err.contains("No such file"), "{err}");
+    }
+    // A directory whose name ends in `:word` is still that directory.
+    fs::create_dir_all(dir.join("v:latest")).unwrap();
+    let out = workcell(&dir, &["run", "--backend", "none", "--zone", "in=./v:latest", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A suffix that is no word is part of the path: the missing directory is what is named.
+    let out = workcell(&dir, &["run", "--backend", "none", "--zone", "in=./data:2", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("host directory './data:2' cannot be used"), "{}", stderr(&out));
+    // And good modes still work.
+    let out = workcell(&dir, &["run", "--backend", "none", "--zone", "in=./data:rw", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
 fn plan_without_worker_or_command_shows_the_project_sandbox() {
     let (_t, dir) = project();
     let out = workcell(&dir, &["plan"]);
