@@ -101,3 +101,14 @@ fn plan_without_worker_or_command_shows_the_project_sandbox() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("nothing to run"), "{}", stderr(&out));
 }
+
+#[test]
+#[cfg(target_os = "linux")]
+fn doctor_on_linux_says_nothing_of_seatbelt() {
+    let (_t, dir) = project();
+    let out = workcell(&dir, &["doctor"]);
+    let text = stdout(&out);
+    assert!(text.contains("bwrap:"), "{text}");
+    let lower = text.to_lowercase();
+    assert!(!lower.contains("seatbelt") && !lower.contains("macos") && !lower.contains("sandbox-exec"), "{text}");
+}
