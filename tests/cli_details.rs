@@ -112,3 +112,23 @@ fn doctor_on_linux_says_nothing_of_seatbelt() {
     let lower = text.to_lowercase();
     assert!(!lower.contains("seatbelt") && !lower.contains("macos") && !lower.contains("sandbox-exec"), "{text}");
 }
+
+#[test]
+fn version_names_the_crate_version() {
+    let (_t, dir) = project();
+    let out = workcell(&dir, &["--version"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(text.starts_with(&format!("workcell {}", env!("CARGO_PKG_VERSION"))), "{text}");
+    assert!(text.starts_with("workcell 0.1.0"), "{text}");
+    // Built from a checkout (this test is), the commit follows in parentheses.
+    let commit = Command::new("git").args(["rev-parse", "--short", "HEAD"]).current_dir(env!("CARGO_MANIFEST_DIR")).output();
+    if let Some(c) = commit.ok().filter(|c| c.status.success()) {
+        let short = String::from_utf8_lossy(&c.stdout).trim().to_string();
+        let shown = text.trim().strip_prefix(&format!("workcell {} (", env!("CARGO_PKG_VERSION"))).and_then(|r| r.strip_suffix(')'));
+        // The binary was built at some commit of this checkout; it is one git knows.
+        let shown = shown.unwrap_or_else(|| panic!("no commit in {text}"));
+        let known = Command::new("git").args(["cat-file", "-e", &format!("{shown}^{{commit}}")]).current_dir(env!("CARGO_MANIFEST_DIR")).status().unwrap();
+        assert!(known.success() && shown.len() >= 7 && short.len() >= 7, "{text} vs {short}");
+    }
+}
