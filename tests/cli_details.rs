@@ -132,3 +132,15 @@ fn version_names_the_crate_version() {
         assert!(known.success() && shown.len() >= 7 && short.len() >= 7, "{text} vs {short}");
     }
 }
+
+#[test]
+fn completions_leave_out_the_internal_subcommands() {
+    let (_t, dir) = project();
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let out = workcell(&dir, &["completions", shell]);
+        assert!(out.status.success(), "{shell}");
+        let script = stdout(&out);
+        assert!(script.contains("audit") && script.contains("pool"), "{shell}");
+        assert!(!script.contains("__agent") && !script.contains("__reap"), "{shell}:\n{script}");
+    }
+}
