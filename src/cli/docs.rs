@@ -15,7 +15,7 @@ pub struct CompletionsArgs {
 
 /// Prints the completion script of `args.shell`.
 pub fn completions(args: &CompletionsArgs) -> Result<i32, CliError> {
-    let mut cmd = Cli::command();
+    let mut cmd = without_hidden(Cli::command());
     // Generated into memory first: clap_complete panics when its writer fails, and a
     // closed stdout must end workcell quietly (see `out`).
     let mut script = Vec::new();
@@ -30,4 +30,18 @@ pub fn man() -> Result<i32, CliError> {
     clap_mangen::Man::new(Cli::command()).render(&mut page).map_err(|e| CliError::Failed(format!("cannot render the man page: {e}")))?;
     super::out::write_all(&page);
     Ok(0)
+}
+
+/// workcell's command line without its hidden subcommands (`__agent`, `__reap`: workcell
+/// runs them itself). Bash's generator lists every subcommand, hidden or not, and clap
+/// cannot remove one, so the top level is rebuilt from its visible parts (only it has any).
+fn without_hidden(cmd: clap::Command) -> clap::Command {
+    let visible: Vec<clap::Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    clap::Command::new("workcell")
+        .version(env!("WORKCELL_VERSION"))
+        .propagate_version(true)
+        .about(cmd.get_about().cloned().unwrap_or_default())
+        .args(cmd.get_arguments().cloned())
+        .subcommand_required(cmd.is_subcommand_required_set())
+        .subcommands(visible)
 }

@@ -59,16 +59,22 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
         return Ok(if ok { 0 } else { 1 });
     }
     print_docker(&docker);
-    match &bwrap {
-        Ok(p) => outln!("bwrap:   ok ({})\n  limits: {bwrap_limits}", p.display()),
-        Err(e) => outln!("bwrap:   unavailable: {e}"),
+    // Each backend where it can exist: bwrap on Linux, Seatbelt on macOS. Elsewhere they are
+    // no finding, and their caveats would only be noise (`--json` still lists all of them).
+    if cfg!(target_os = "linux") {
+        match &bwrap {
+            Ok(p) => outln!("bwrap:   ok ({})\n  limits: {bwrap_limits}", p.display()),
+            Err(e) => outln!("bwrap:   unavailable: {e}"),
+        }
     }
-    match &seatbelt {
-        Ok(()) => outln!("seatbelt: ok (/usr/bin/sandbox-exec)"),
-        Err(e) => outln!("seatbelt: unavailable: {e}"),
-    }
-    for gap in &seatbelt_gaps {
-        outln!("  not enforced by seatbelt: {gap}");
+    if cfg!(target_os = "macos") {
+        match &seatbelt {
+            Ok(()) => outln!("seatbelt: ok (/usr/bin/sandbox-exec)"),
+            Err(e) => outln!("seatbelt: unavailable: {e}"),
+        }
+        for gap in &seatbelt_gaps {
+            outln!("  not enforced by seatbelt: {gap}");
+        }
     }
     if let Some(p) = &project {
         print_project(p);

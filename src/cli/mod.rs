@@ -52,7 +52,7 @@ impl CliError {
 /// workcell runs untrusted work inside an isolation boundary derived from a declarative
 /// sandbox of zones (host directories, read-only or read-write).
 #[derive(Debug, Parser)]
-#[command(name = "workcell", version, about, long_about = None, propagate_version = true)]
+#[command(name = "workcell", version = env!("WORKCELL_VERSION"), about, long_about = None, propagate_version = true)]
 pub struct Cli {
     /// Project file (default: the nearest workcell.yaml, searching upward).
     #[arg(long, global = true, value_name = "FILE")]

@@ -1,5 +1,7 @@
 //! `workcell plan`: the resolved launch plan, without running anything.
 
+mod overview;
+
 use crate::term::escape;
 use clap::Args;
 
@@ -10,7 +12,8 @@ use crate::plan::{LaunchPlan, Overrides};
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Worker to plan (its sandbox, image, command and limits).
+    /// Worker to plan (its sandbox, image, command and limits). With neither a worker nor a
+    /// command, `plan` shows the project's sandbox: zones, modes, approvals, network, limits.
     pub worker: Option<String>,
     /// Print the plan as JSON.
     #[arg(long)]
@@ -35,6 +38,11 @@ pub struct PlanArgs {
 pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     let mut project = load_project(cli.config.as_deref())?;
     super::user::apply(&mut project, args.user)?;
+    // Neither worker nor command: nothing to run, so the sandbox every run starts from.
+    // A backend's rendering is of a run, and still needs a command.
+    if args.worker.is_none() && args.command.is_empty() && matches!(args.backend, None | Some(crate::config::BackendChoice::Docker)) {
+        return overview::print(&project, args.json, args.runtime.clone(), args.backend.unwrap_or(project.defaults.backend));
+    }
     let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
     let sandbox = worker.map(|w| w.sandbox.clone()).unwrap_or_else(|| project.sandbox.clone());
     let ov = Overrides { command: (!args.command.is_empty()).then(|| args.command.clone()), runtime: args.runtime.clone(), ..Overrides::default() };

@@ -103,14 +103,25 @@ pub enum ZoneSpecError {
     Escapes { spec: String, reason: String },
     #[error("invalid --zone '{spec}': '{}' is not a directory", .host.display())]
     NotADirectory { spec: String, host: PathBuf },
+    #[error("invalid --zone '{spec}': the mode '{mode}' is not one of ro (read-only) or rw (read-write)")]
+    Mode { spec: String, mode: String },
 }
 
 /// Parses `NAME=HOSTPATH[:ro|rw]` into a mount at `/NAME`.
+///
+/// A directory's name may contain `:`, so a suffix after the last `:` is a mode only when it
+/// reads as one: `ro` or `rw` always are; any other suffix of letters only (`readonly`,
+/// `RO`, or nothing after a trailing `:`) is refused as a bad mode unless the whole of
+/// HOSTPATH exists as given, in which case it is that directory (read-only). A suffix with
+/// anything else in it (`./a:b/c`, `./v:2`) is part of the path.
 pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, ZoneSpecError> {
     let (name, rest) = spec.split_once('=').ok_or_else(|| ZoneSpecError::Syntax { spec: spec.into() })?;
     let (host, mode) = match rest.rsplit_once(':') {
         Some((h, "ro")) => (h, ZoneMode::Ro),
         Some((h, "rw")) => (h, ZoneMode::Rw),
+        Some((_, m)) if m.chars().all(|c| c.is_ascii_alphabetic()) && std::fs::symlink_metadata(cwd.join(rest)).is_err() => {
+            return Err(ZoneSpecError::Mode { spec: spec.into(), mode: m.into() });
+        }
         _ => (rest, ZoneMode::Ro),
     };
     let point = format!("/{name}");
