@@ -1,5 +1,6 @@
 //! A name the rules allow whose DNS answer is an address of the host itself does not lead to
-//! the host: on docker and on bwrap (the same bodies), an allowed wildcard name resolving to
+//! the host: on bwrap (docker refuses a workcell in a mount namespace of its own, see
+//! `docker_from_a_private_mount_namespace_is_refused_before_it_starts`), an allowed wildcard name resolving to
 //! an address of one of the host's interfaces (not loopback, not in a special range) is
 //! refused with the way to allow it, and is connected to once `hosts:` or an allowed network
 //! names that address.
@@ -128,11 +129,36 @@ fn bwrap_host_address_is_refused() {
     }
 }
 
+/// Docker cannot run this body: a workcell in a mount namespace of its own (as here, for its
+/// hosts file) cannot prove that the engine sees its files (its staging binds of the zones
+/// are private to that namespace, where the engine would have bound empty directories), so
+/// the engine counts as remote, and a plan with network rules or `image: host` is refused
+/// before anything starts. The proxy's judgement is the same on every backend (the bwrap
+/// instance above); docker's side of egress is `egress_backends`.
 #[test]
-fn docker_host_address_is_refused() {
-    if support::backend_ready("docker") {
-        body::host_address_is_refused("docker", "wctest-dk", "198.20.0.2");
+fn docker_from_a_private_mount_namespace_is_refused_before_it_starts() {
+    if !support::backend_ready("docker") {
+        return;
     }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let hosts = tmp.path().join("hosts");
+    std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts file");
+    let (_t, dir) = project("docker", "    allow: [\"*.wild.test:80\"]\n");
+    let out = StdCommand::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
+        .arg(&hosts)
+        .arg(assert_cmd::cargo::cargo_bin("workcell"))
+        .args(["run", "--", "python3", "-c", "print('started')"])
+        .current_dir(&dir)
+        .env_remove("RUST_LOG")
+        .env_remove("DOCKER_HOST")
+        .output()
+        .expect("unshare workcell run");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(!stdout.contains("started"), "the worker ran: {stdout}");
+    assert!(stderr.contains("not proven to share this host's files"), "{stderr}");
+    assert!(support::containers_with_label(&format!("dev.workcell.project={}", dir.display())).is_empty());
 }
 
 /// A person who approves every destination.
