@@ -47,14 +47,10 @@ fn report_copy() -> (tempfile::TempDir, PathBuf) {
 /// The shell lines of the README's quick start (its first `sh` block), without the build
 /// and the `cd`, with the binary under test and the backend chosen.
 fn quick_start_lines(backend: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
-    let start = readme.find("```sh\n").expect("an sh block") + 6;
-    let block = &readme[start..start + readme[start..].find("```").expect("its end")];
     let exe = bin().display().to_string();
-    block
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("cargo build") && !l.starts_with("cd "))
+    support::first_sh_block_lines(&Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .into_iter()
+        .filter(|l| !l.starts_with("cargo build") && !l.starts_with("cd "))
         .map(|l| l.replace("../../target/release/workcell", &exe).replace(&format!("{exe} run"), &format!("{exe} run --backend {backend}")))
         .collect()
 }

@@ -31,14 +31,10 @@ fn recipe_copy(name: &str) -> (tempfile::TempDir, PathBuf) {
 /// The lines of the recipe README's `sh` block, without the `cd` into the recipe, with the
 /// binary under test for `workcell` and `--backend B` after `workcell run`.
 fn documented_lines(dir: &Path, backend: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(dir.join("README.md")).expect("README");
-    let start = readme.find("```sh\n").expect("an sh block") + 6;
-    let block = &readme[start..start + readme[start..].find("```").expect("its end")];
     let exe = bin().display().to_string();
-    block
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("cd "))
+    support::first_sh_block_lines(&dir.join("README.md"))
+        .into_iter()
+        .filter(|l| !l.starts_with("cd "))
         .map(|l| match l.strip_prefix("workcell run ") {
             Some(rest) => format!("'{exe}' run --backend {backend} {rest}"),
             None => l.strip_prefix("workcell ").map(|rest| format!("'{exe}' {rest}")).unwrap_or_else(|| l.to_string()),

@@ -204,6 +204,15 @@ impl Proj {
     }
 }
 
+/// The command lines of the first `sh` block of the Markdown file `readme`, trimmed, without
+/// blank lines and comments (the quick start and the recipes are run from their docs).
+pub fn first_sh_block_lines(readme: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(readme).unwrap_or_else(|e| panic!("{}: {e}", readme.display()));
+    let start = text.find("```sh\n").expect("an sh block") + 6;
+    let block = &text[start..start + text[start..].find("```").expect("its end")];
+    block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect()
+}
+
 /// `workcell` started in `dir`, with a deadline that turns a hang into a failure.
 pub fn workcell_in(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("workcell").expect("workcell binary");
