@@ -6,6 +6,7 @@
 //! effective sandbox into a backend-neutral launch plan that a backend renders and runs.
 
 pub mod agent;
+pub mod audit;
 pub mod backend;
 pub mod cli;
 pub mod config;

@@ -6,11 +6,11 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::Value;
+use workcell::audit::{read_all, AuditLog};
 use workcell::config::{BackendChoice, Project};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::{read_all, AuditLog};
 use workcell::tools::broker::Broker;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::{Caller, ToolService};
 
 const CONFIG: &str = "sandbox:

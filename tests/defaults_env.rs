@@ -90,3 +90,23 @@ fn an_ad_hoc_command_gets_the_defaults() {
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(plan["env"]["PYTHONDONTWRITEBYTECODE"], "1");
 }
+
+/// A worker's own `env:` is checked like `defaults.env`: a bad name is refused at its line in
+/// the worker file (the worker is then broken, the others still load), and a NUL in a value
+/// likewise.
+#[test]
+fn a_workers_bad_name_is_refused_at_its_line() {
+    for (bad, what) in [("A-B: x", "is not an environment variable name"), ("\"1X\": x", "is not an environment variable name"), ("X: \"a\\0b\"", "NUL")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = fs::canonicalize(tmp.path()).unwrap();
+        fs::create_dir_all(dir.join("out")).unwrap();
+        let worker = format!("---\nname: w\ncommand: [\"true\"]\nenv:\n  OK: 1\n  {bad}\n---\n");
+        support::write_project(&dir, ZONE, &[("w", &worker), ("fine", "---\nname: fine\ncommand: [\"true\"]\n---\n")]);
+        let project = Project::load(Some(&dir.join("workcell.yaml")), &dir).expect("the project loads");
+        assert!(project.worker("fine").is_ok(), "{bad}: the other worker still loads");
+        let e = project.broken.get("w").unwrap_or_else(|| panic!("{bad}: the worker is refused"));
+        assert_eq!(e.line, 6, "{bad}: {e}");
+        assert!(e.message.contains(what), "{bad}: {e}");
+        assert!(e.to_string().contains("w.worker:6:"), "{bad}: {e}");
+    }
+}

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use workcell::audit::AuditLog;
 use workcell::config::{BackendChoice, Project};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::AuditLog;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::{Caller, ToolService};
 
 fn project() -> (tempfile::TempDir, Arc<Project>) {
@@ -105,10 +105,10 @@ fn attachments_must_be_readable_and_fit_the_childs_policy() {
 /// removes the broker directory with what was already staged in it.
 #[test]
 fn a_failed_staging_leaves_no_broker_directory() {
+    use workcell::run::runner::RunnerError;
     use workcell::run::RunError;
     use workcell::tools::attach::AttachError;
-    use workcell::tools::runner::RunnerError;
-    use workcell::tools::service::{Attachment, SandboxRunner};
+    use workcell::tools::service::Attachment;
     let (tmp, p) = project();
     let first = format!("first-{}.txt", std::process::id());
     std::fs::write(tmp.path().join("data").join(&first), "staged first").expect("write");
@@ -120,7 +120,7 @@ fn a_failed_staging_leaves_no_broker_directory() {
     ];
     let reader = p.worker("reader").expect("worker").clone();
     let runner = BackendRunner::new(p.clone(), BackendChoice::None, ApprovalMode::ApproveAll);
-    let err = runner.run_worker(&reader, &reader.sandbox, "in", &attachments, 1, &["reader".into()]).expect_err("staging fails");
+    let err = runner.run_child(&reader, &reader.sandbox, "in", &attachments, &["reader".into()]).expect_err("staging fails");
     assert!(matches!(&err, RunnerError::Run(RunError::Attach(AttachError::Changed { name, checked: 2, copied: 3 })) if name == "doc.txt"), "{err:?}");
     assert!(err.to_string().contains("changed while it was handed over"), "{err}");
     let bases = ["/dev/shm".into(), std::env::temp_dir()].into_iter().chain(std::env::var_os("XDG_RUNTIME_DIR").map(std::path::PathBuf::from));

@@ -233,10 +233,10 @@ mod body {
 
     pub fn a_child_worker_delivers_through_the_checker(backend: &str) {
         use std::sync::Arc;
+        use workcell::audit::AuditLog;
         use workcell::config::{BackendChoice, Project};
+        use workcell::run::runner::BackendRunner;
         use workcell::tools::approval::{ApprovalMode, Approver};
-        use workcell::tools::audit::AuditLog;
-        use workcell::tools::runner::BackendRunner;
         use workcell::tools::service::{Caller, ToolService};
 
         let s = Scratch::new(PRE);

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use workcell::audit::AuditLog;
 use workcell::backend::egress::{EgressProxy, Peers};
 use workcell::config::Project;
 use workcell::egress::Proxy;
-use workcell::tools::audit::AuditLog;
 
 const HANG: Duration = Duration::from_secs(60);
 const BANNER: &[u8] = b"SSH-2.0-recorder\r\n";
@@ -161,7 +161,7 @@ fn line_of(dir: &Path, client: &TcpStream) -> serde_json::Value {
     let peer = client.local_addr().unwrap().to_string();
     let deadline = Instant::now() + HANG;
     loop {
-        let text = std::fs::read_to_string(workcell::tools::audit::audit_path(dir)).unwrap_or_default();
+        let text = std::fs::read_to_string(workcell::audit::audit_path(dir)).unwrap_or_default();
         let found =
             text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["event"] == "egress" && v["peer"] == peer.as_str());
         if let Some(v) = found {

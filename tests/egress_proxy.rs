@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::servers::{echo_server, web_server};
 
+use workcell::audit::AuditLog;
 use workcell::backend::egress::{EgressProxy, Peers};
 use workcell::config::Project;
 use workcell::egress::limits::{Timeouts, MAX_CONNECTIONS};
 use workcell::egress::{Consent, ConsentDenied, Policy, Proxy};
-use workcell::tools::audit::AuditLog;
 
 /// A generous deadline that only turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
@@ -90,7 +90,7 @@ fn get(addr: SocketAddr, host: &str, path: &str) -> String {
 fn audit_line(dir: &Path, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = Instant::now() + HANG;
     loop {
-        let text = std::fs::read_to_string(workcell::tools::audit::audit_path(dir)).unwrap_or_default();
+        let text = std::fs::read_to_string(workcell::audit::audit_path(dir)).unwrap_or_default();
         let found = text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).find(|v| v["event"] == "egress" && pred(v));
         if let Some(v) = found {
             return v;

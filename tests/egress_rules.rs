@@ -203,8 +203,8 @@ fn rules_need_a_backend_that_enforces_them() {
 /// `ask: true` goes through the run's approvals: the mode answers, the decision is audited.
 #[test]
 fn ask_uses_the_runs_approvals() {
+    use workcell::run::runner::BackendRunner;
     use workcell::tools::approval::ApprovalMode;
-    use workcell::tools::runner::BackendRunner;
     use workcell::tools::service::Caller;
     let (tmp, r) = load(&project_with(PROJECT), &[]);
     let p = Arc::new(r.unwrap());
@@ -212,7 +212,7 @@ fn ask_uses_the_runs_approvals() {
         let service = BackendRunner::new(p.clone(), workcell::config::BackendChoice::Auto, mode).service_for(Caller::default(), p.sandbox.clone(), "ask-test");
         assert_eq!(service.consent_to_connect("asked.test:443").is_ok(), approved, "{mode:?}");
     }
-    let log = fs::read_to_string(workcell::tools::audit::audit_path(&fs::canonicalize(tmp.path()).unwrap())).unwrap();
+    let log = fs::read_to_string(workcell::audit::audit_path(&fs::canonicalize(tmp.path()).unwrap())).unwrap();
     let decisions: Vec<serde_json::Value> =
         log.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|v| v["event"] == "decision" && v["action"] == "connect").collect();
     assert_eq!(decisions.len(), 2, "{log}");

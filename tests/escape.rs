@@ -204,9 +204,9 @@ mod body {
         let prompter = Swapper { sub: sub.clone(), outside: scene.outside(), shown: shown.clone() };
         let approver = workcell::tools::approval::Approver::new(workcell::tools::approval::ApprovalMode::Interactive, Some(Box::new(prompter)));
         let choice = if backend == "bwrap" { BackendChoice::Bwrap } else { BackendChoice::Docker };
-        let runner = workcell::tools::runner::BackendRunner::new(project.clone(), choice, workcell::tools::approval::ApprovalMode::Strict);
+        let runner = workcell::run::runner::BackendRunner::new(project.clone(), choice, workcell::tools::approval::ApprovalMode::Strict);
         let caller = workcell::tools::service::Caller { worker: None, chain: Vec::new() };
-        let audit = workcell::tools::audit::AuditLog::new(&scene.dir, "escape-test");
+        let audit = workcell::audit::AuditLog::new(&scene.dir, "escape-test");
         let service = workcell::tools::service::ToolService::new(project.clone(), caller, project.sandbox.clone(), approver, audit, Arc::new(runner));
         service.request_access(&sub.to_string_lossy(), "ro").expect("granted");
         let prompts = shown.lock().expect("prompts").clone();
@@ -278,7 +278,7 @@ mod body {
         support::give_to_worker(&scene.dir);
         let project = Arc::new(scene.project());
         let choice = if backend == "bwrap" { BackendChoice::Bwrap } else { BackendChoice::Docker };
-        let runner = workcell::tools::runner::BackendRunner::new(project.clone(), choice, workcell::tools::approval::ApprovalMode::ApproveAll);
+        let runner = workcell::run::runner::BackendRunner::new(project.clone(), choice, workcell::tools::approval::ApprovalMode::ApproveAll);
         let caller = workcell::tools::service::Caller { worker: None, chain: Vec::new() };
         let service = runner.service_for(caller, project.sandbox.clone(), "escape-test");
         let result = service.call_worker("offline", "", &[]).expect("the child runs");

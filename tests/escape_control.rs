@@ -41,8 +41,8 @@ fn project_dir(tmp: &Path) -> PathBuf {
 
 fn service(dir: &Path) -> ToolService {
     let project = Arc::new(Project::load(Some(&dir.join("workcell.yaml")), dir).expect("project"));
-    let runner = workcell::tools::runner::BackendRunner::new(project.clone(), BackendChoice::Bwrap, ApprovalMode::Strict);
-    let audit = workcell::tools::audit::AuditLog::new(dir, "control-test");
+    let runner = workcell::run::runner::BackendRunner::new(project.clone(), BackendChoice::Bwrap, ApprovalMode::Strict);
+    let audit = workcell::audit::AuditLog::new(dir, "control-test");
     ToolService::new(
         project.clone(),
         Caller { worker: None, chain: Vec::new() },

@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use support::{give_to_worker, worker_uid, write_project};
 use workcell::config::{BackendChoice, Project};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::ApprovalMode;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::SandboxRunner;
 
 /// `out` is read-write and its writes need nobody's yes, so a granted area is bound

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use workcell::audit::AuditLog;
 use workcell::config::{BackendChoice, Project};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::AuditLog;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::{Caller, ToolError, ToolService};
 
 const CONFIG: &str = "sandbox:\n  zones:\n    repo: {path: ./repo, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";

@@ -11,12 +11,12 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
+use workcell::audit::AuditLog;
 use workcell::config::{BackendChoice, Project};
 use workcell::plan::UserSpec;
+use workcell::run::runner::BackendRunner;
 use workcell::sandbox::{DeriveSpec, Sandbox};
 use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::AuditLog;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::{Caller, ToolService};
 
 const WORKER: UserSpec = UserSpec { uid: support::TEST_WORKER_UID, gid: support::TEST_WORKER_UID };

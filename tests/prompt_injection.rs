@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use workcell::config::{BackendChoice, Project};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::ApprovalMode;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::Caller;
 
 #[test]

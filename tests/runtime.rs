@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use serde_json::json;
 use support::{backend_ready, write_project};
+use workcell::audit::AuditLog;
 use workcell::config::{BackendChoice, Project};
 use workcell::plan::{LaunchPlan, Overrides, PlanError};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::AuditLog;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::{Caller, ToolService};
 
 const ZONES: &str = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n";

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use workcell::audit::AuditLog;
 use workcell::config::{BackendChoice, Project};
+use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::{ApprovalMode, Approver};
-use workcell::tools::audit::AuditLog;
-use workcell::tools::runner::BackendRunner;
 use workcell::tools::service::{Caller, ToolService};
 use workcell::tools::shell::{ShellDecision, ShellPolicy};
 

@@ -1,8 +1,8 @@
 //! Shell-rule matching and precedence, approval memory and the audit log.
 
+use workcell::audit::{read_all, AuditLog};
 use workcell::config::{Project, Rule, ShellRule};
 use workcell::tools::approval::{Action, ApprovalMode, ApprovalRequest, Approver, Choice, Decision, Preapproved, PromptError, Prompter};
-use workcell::tools::audit::{read_all, AuditLog};
 use workcell::tools::shell::{matches, ShellDecision, ShellPolicy};
 
 fn project() -> (tempfile::TempDir, Project) {

@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::out::outln;
 use super::{load_project, Cli, CliError};
+use crate::audit::read_all;
 use crate::term::{escape, json_for_terminal};
-use crate::tools::audit::read_all;
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {

@@ -6,9 +6,9 @@ use clap::Args;
 
 use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::config::BackendChoice;
+use crate::run::runner::BackendRunner;
 use crate::tools::elicit::Elicitation;
 use crate::tools::mcp::McpServer;
-use crate::tools::runner::BackendRunner;
 use crate::tools::service::Caller;
 
 #[derive(Debug, Args)]

@@ -11,9 +11,9 @@ use super::{load_project, ApprovalFlags, Cli, CliError};
 use crate::backend::{Output, Selected};
 use crate::config::{describe_char, find_config, parse_cpus, parse_memory, parse_pids, parse_timeout, BackendChoice, Limits, MountError, Project};
 use crate::plan::Overrides;
+use crate::run::runner::BackendRunner;
 use crate::run::{RunError, Services, Session, Spec};
 use crate::sandbox::{Addressing, Approval, Approvals, Delivery, Mount, Sandbox, ZoneMode};
-use crate::tools::runner::BackendRunner;
 
 #[derive(Debug, Args)]
 pub struct RunArgs {

@@ -242,7 +242,7 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
         description: raw.description.map(|d| d.value),
         image,
         command,
-        env: raw.env.unwrap_or_default(),
+        env: super::env::env_from(raw.env.as_ref(), &diag)?,
         workdir: raw.workdir.map(|w| w.value),
         decl,
         sandbox,

@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::limits::Activity;
 use super::resolve::Refusal;
-use crate::tools::audit::{cut, AuditLog};
+use crate::audit::{cut, AuditLog};
 
 /// The most of one field of an egress line (a name, a reason), in bytes of JSON.
 pub const FIELD_MAX: usize = 200;
@@ -291,7 +291,7 @@ mod tests {
         let refused = ledger.close();
         assert_eq!(refused.len(), MAX_TRACKED);
         assert_eq!((refused[0].destination.as_str(), refused[0].count, refused[0].kind), ("api.example.com:443", 5, "unlisted"));
-        let events = crate::tools::audit::read_all(tmp.path()).unwrap();
+        let events = crate::audit::read_all(tmp.path()).unwrap();
         let of = |name: &str| events.iter().filter(|e| e["event"] == name).collect::<Vec<_>>();
         assert_eq!(of("egress").len(), MAX_LINES);
         assert_eq!(of("egress").iter().filter(|e| e["destination"] == "api.example.com:443").count(), 1);
@@ -302,8 +302,8 @@ mod tests {
         assert!(d.len() <= FIELD_MAX + 20 && d.ends_with("…[cut 59805 bytes]"), "{d}");
         // Closing again writes nothing more.
         ledger.close();
-        assert_eq!(crate::tools::audit::read_all(tmp.path()).unwrap().len(), events.len());
-        let size = std::fs::metadata(crate::tools::audit::audit_path(tmp.path())).unwrap().len();
+        assert_eq!(crate::audit::read_all(tmp.path()).unwrap().len(), events.len());
+        let size = std::fs::metadata(crate::audit::audit_path(tmp.path())).unwrap().len();
         assert!(size < (MAX_LINES as u64 + 2) * 1024, "{size}");
     }
 }

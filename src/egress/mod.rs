@@ -29,9 +29,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
+use crate::audit::AuditLog;
 use crate::backend::egress::{EgressProxy, Peers};
 use crate::backend::ServiceError;
-use crate::tools::audit::AuditLog;
 use limits::{Activity, Counters, Lease, Metered, Side, Stats, Timeouts, MAX_CONNECTIONS, MAX_RESOLVERS};
 pub use policy::{Access, HostEntry, Policy, RuleSet};
 use resolve::Refusal;

@@ -6,13 +6,13 @@ use std::os::fd::AsFd;
 
 use serde_json::json;
 
+use crate::audit::AuditLog;
 use crate::backend::docker::ship::Returns;
 use crate::delivery::publish::Changes;
 use crate::delivery::{baseline, collect::Staging, publish, shipped, walk, DeliveryError, Policy, Status, Summary};
 use crate::plan::{Held, LaunchPlan};
 use crate::sandbox::{CopiedArea, Sandbox};
 use crate::tools::approval::{ApprovalMode, Tty};
-use crate::tools::audit::AuditLog;
 
 use super::review::{self, Withheld};
 use super::RunError;

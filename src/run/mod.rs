@@ -10,6 +10,7 @@ pub mod planted;
 pub mod refusals;
 pub mod resident;
 mod review;
+pub mod runner;
 
 use std::sync::{Arc, OnceLock};
 
@@ -23,11 +24,11 @@ use crate::plan::{LaunchPlan, Network, Overrides, PlanError, BROKER_MOUNT_POINT}
 use crate::sandbox::Sandbox;
 pub use delivery::Review;
 
+use crate::audit::AuditLog;
+use crate::run::runner::{BackendRunner, DeadlinePassed};
 use crate::tools::approval::ApprovalMode;
 use crate::tools::attach::{self, AttachError, Attachment, Reservation};
-use crate::tools::audit::AuditLog;
 use crate::tools::broker::{Broker, BrokerError};
-use crate::tools::runner::{BackendRunner, DeadlinePassed};
 use crate::tools::service::{Caller, ToolService};
 
 /// The exit status of a run whose worker exited 0 but whose delivery did not bring

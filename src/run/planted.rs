@@ -8,10 +8,10 @@ use std::borrow::Cow;
 
 use serde_json::json;
 
+use crate::audit::AuditLog;
 use crate::backend::{Finished, Output};
 use crate::hostrun::quarantine::{self, Outcome, Report, Why, DIR, MAX_DEPTH};
 use crate::plan::LaunchPlan;
-use crate::tools::audit::AuditLog;
 
 /// How many items are told one per line (per area); the rest are counted.
 pub const LISTED: usize = 20;

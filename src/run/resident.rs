@@ -19,8 +19,8 @@ use crate::agent::{self, FrameError, Hello, Request, Response};
 use crate::backend::{self, BackendError, Finished, Output, Selected};
 use crate::config::ImageRef;
 use crate::plan::{LaunchPlan, Overrides};
+use crate::run::runner::BackendRunner;
 use crate::sandbox::Sandbox;
-use crate::tools::runner::BackendRunner;
 use crate::tools::service::ShellRun;
 
 /// How long a session sandbox may take to start and its agent to say hello.
@@ -272,7 +272,7 @@ impl Resident {
                 Output::Capture,
                 false,
                 &mut result,
-                &crate::tools::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id),
+                &crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id),
             );
             finished = result.unwrap_or_default();
         }

@@ -3,13 +3,11 @@
 
 pub mod approval;
 pub mod attach;
-pub mod audit;
 pub mod broker;
 pub mod elicit;
 pub mod git_guard;
 pub mod launchers;
 pub mod mcp;
-pub mod runner;
 pub mod service;
 pub mod shell;
 mod shell_builtins;

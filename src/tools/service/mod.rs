@@ -8,11 +8,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::approval::{Action, ApprovalRequest, Approver, Decision, Reach};
-use super::audit::AuditLog;
 use super::git_guard;
 use super::launchers::analyse;
-use super::runner::RunnerError;
 use super::shell::{ShellDecision, ShellPolicy};
+use crate::audit::AuditLog;
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
 
@@ -83,11 +82,16 @@ pub struct ShellOutput {
     pub stderr_truncated_bytes: u64,
 }
 
+/// Why a [`SandboxRunner`] could not run a command or a child worker (their own failures are
+/// in their [`ShellOutput`]): the runner's own typed error (`run::runner::RunnerError`),
+/// boxed with its sources so the tool service does not depend on how commands are run.
+pub type RunFailure = Box<dyn std::error::Error + Send + Sync>;
+
 /// Runs commands inside a sandbox: a fresh boundary per call (bwrap, docker, or — only when
 /// chosen — none). Injected so the service does not depend on one backend.
 pub trait SandboxRunner: Send + Sync {
     /// Runs `cmd` with `sandbox`'s filesystem and network, within `timeout_secs`.
-    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunnerError>;
+    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunFailure>;
     /// The working directory a shell command would get by default: the shell rules judge
     /// relative paths from it, and [`SandboxRunner::run`] is then given it explicitly.
     fn workdir(&self, sandbox: &Sandbox) -> String;
@@ -101,7 +105,7 @@ pub trait SandboxRunner: Send + Sync {
         attachments: &[Attachment],
         depth: usize,
         chain: &[String],
-    ) -> Result<ShellOutput, RunnerError>;
+    ) -> Result<ShellOutput, RunFailure>;
 }
 
 /// A shell command as the tool service runs it.

@@ -1,19 +1,21 @@
 //! Runs shell commands and child workers for the tool service inside a fresh boundary of
-//! the selected backend: the command sees the caller's sandbox, nothing more.
+//! the selected backend: the command sees the caller's sandbox, nothing more. It lives in
+//! `run` (not `tools`) because it starts [`Session`]s: the tool service only knows the
+//! [`SandboxRunner`] trait, so `tools` never depends on `run`.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::approval::{terminal_available, ApprovalMode, Approver, Preapproved, Prompter, TerminalPrompter};
-use super::audit::AuditLog;
-use super::elicit::{ElicitPrompter, Elicitation};
-use super::service::{Attachment, Caller, SandboxRunner, ShellOutput, ShellRun, ToolService};
+use super::resident::{Resident, ResidentError};
+use super::{Review, RunError, Services, Session, Spec};
+use crate::audit::AuditLog;
 use crate::backend::{self, BackendError, Finished, Output};
 use crate::config::{BackendChoice, Limits, Project, Worker};
 use crate::plan::{LaunchPlan, Overrides};
-use crate::run::resident::{Resident, ResidentError};
-use crate::run::{Review, RunError, Services, Session, Spec};
 use crate::sandbox::Sandbox;
+use crate::tools::approval::{terminal_available, ApprovalMode, Approver, Preapproved, Prompter, TerminalPrompter};
+use crate::tools::elicit::{ElicitPrompter, Elicitation};
+use crate::tools::service::{Attachment, Caller, RunFailure, SandboxRunner, ShellOutput, ShellRun, ToolService};
 
 /// Runs commands on a backend chosen like `workcell run` chooses.
 #[derive(Debug, Clone)]
@@ -228,7 +230,34 @@ impl BackendRunner {
 }
 
 impl SandboxRunner for BackendRunner {
-    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunnerError> {
+    fn run(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunFailure> {
+        Ok(self.run_command(sandbox, cmd, timeout_secs)?)
+    }
+
+    fn workdir(&self, sandbox: &Sandbox) -> String {
+        match self.exec_in.get() {
+            Some(running) => running.workdir.clone(),
+            None => crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)),
+        }
+    }
+
+    fn run_worker(
+        &self,
+        worker: &Worker,
+        sandbox: &Sandbox,
+        input: &str,
+        attachments: &[Attachment],
+        _depth: usize,
+        chain: &[String],
+    ) -> Result<ShellOutput, RunFailure> {
+        Ok(self.run_child(worker, sandbox, input, attachments, chain)?)
+    }
+}
+
+impl BackendRunner {
+    /// Runs `cmd` with `sandbox`'s filesystem and network, within `timeout_secs` (and the
+    /// run's deadline): in the running container, the MCP session's sandbox, or a fresh one.
+    pub fn run_command(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunnerError> {
         let timeout = self.within_deadline(Some(Duration::from_secs(timeout_secs)))?.unwrap_or(Duration::from_secs(timeout_secs));
         if let Some(running) = self.exec_in.get() {
             let mut plan = running.clone();
@@ -265,22 +294,9 @@ impl SandboxRunner for BackendRunner {
         Ok(Session::prepare(spec).and_then(|s| s.run(Output::Capture)).map(to_output)?)
     }
 
-    fn workdir(&self, sandbox: &Sandbox) -> String {
-        match self.exec_in.get() {
-            Some(running) => running.workdir.clone(),
-            None => crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)),
-        }
-    }
-
-    fn run_worker(
-        &self,
-        worker: &Worker,
-        sandbox: &Sandbox,
-        input: &str,
-        attachments: &[Attachment],
-        _depth: usize,
-        chain: &[String],
-    ) -> Result<ShellOutput, RunnerError> {
+    /// Runs the child `worker` with `sandbox`, its input and its attachments; `chain` is the
+    /// delegation chain down to it.
+    pub fn run_child(&self, worker: &Worker, sandbox: &Sandbox, input: &str, attachments: &[Attachment], chain: &[String]) -> Result<ShellOutput, RunnerError> {
         let spec = Spec {
             project: self.project.clone(),
             worker: Some(worker),
