@@ -5,6 +5,8 @@
 set -euo pipefail
 old=$1; new=$2; blocks=${3:-6}; runs=${4:-25}
 dir=$(mktemp -d); chmod 755 "$dir"; cd "$dir"; mkdir in out
+# As root the worker is nobody (README, "Running as root"): give it the writable zone.
+[ "$(id -u)" != 0 ] || chown 65534:65534 out
 printf 'sandbox:\n  zones:\n    in: {path: ./in, mode: ro}\n    out: {path: ./out, mode: rw, approval: {write: preApproved, delete: preApproved}}\n' > workcell.yaml
 raw=$($new plan --backend bwrap -- true | sed -n 2p)
 for i in $(seq 1 "$blocks"); do

@@ -23,6 +23,7 @@ dir=$(mktemp -d)
 chmod 755 "$dir"  # workers run as an unprivileged user when this runs as root
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/in" "$dir/out"
+[ "$(id -u)" != 0 ] || chown 65534:65534 "$dir/out"  # as root the worker is nobody
 cd "$dir"
 # The project's zones; `plan` renders the sandbox `run` starts.
 cat > workcell.yaml <<'YAML'

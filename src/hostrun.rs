@@ -18,7 +18,10 @@
 //! with `.config` a link to `x`, git reads `x/git/config` as `~/.config/git/config`, and the
 //! path `x/git/config` itself matches nothing.
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Component, Path};
+use std::sync::Arc;
 
 pub mod quarantine;
 pub(crate) mod remove;
@@ -103,30 +106,47 @@ pub enum EntryError {
     Unknown(String, String),
 }
 
-/// The protected entries of one writable area.
+/// The protected entries of one writable area (cheap to clone: the matchers are shared).
 #[derive(Debug, Clone)]
 pub struct Protection {
     entries: Vec<String>,
-    /// One glob per entry and `**/` form, each tagged with its entry's index.
-    set: GlobSet,
+    /// One glob per entry and `**/` form, each tagged with its entry's index. Paths beneath
+    /// an entry have no glob of their own (`**/E/**` made the set's regexes several times
+    /// larger, and building them was most of a launch's own work): [`Protection::matches`]
+    /// looks at each ancestor instead.
+    set: Arc<GlobSet>,
     /// For each glob of `set`: the entry it belongs to, and what part of it the glob is.
-    owners: Vec<(usize, Part)>,
+    owners: Arc<[(usize, Part)]>,
+    /// The forms without wildcards (nearly all), by their last name: `**/E` is then "the path
+    /// ends with E's names", and no glob (a regex or an automaton to build) is needed.
+    literal: Arc<HashMap<OsString, Vec<Literal>>>,
+}
+
+/// A form of an entry without wildcards.
+#[derive(Debug, Clone)]
+struct Literal {
+    names: Vec<OsString>,
+    entry: usize,
+    part: Part,
 }
 
 /// What part of an entry a glob matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
-    /// The entry itself.
+    /// The entry itself (and so, at an ancestor, everything beneath it).
     Itself,
-    /// A path beneath it.
-    Beneath,
     /// A name on the way to it (`.config` of `.config/git`): protected when not a directory.
     OnTheWay,
 }
 
+/// The default protection, built once per process: every project and sandbox starts from
+/// it, and building a glob set is the costly part of a protection.
+static DEFAULT: std::sync::LazyLock<Protection> =
+    std::sync::LazyLock::new(|| Protection::build(DEFAULTS.iter().map(|s| s.to_string()).collect()).expect("the default entries are valid"));
+
 impl Default for Protection {
     fn default() -> Self {
-        Protection::new(DEFAULTS.iter().map(|s| s.to_string())).expect("the default entries are valid")
+        DEFAULT.clone()
     }
 }
 
@@ -146,34 +166,54 @@ impl Protection {
                 kept.push(e);
             }
         }
+        if kept.iter().map(String::as_str).eq(DEFAULTS.iter().copied()) {
+            return Ok(Protection::default());
+        }
+        Protection::build(kept)
+    }
+
+    fn build(kept: Vec<String>) -> Result<Protection, EntryError> {
         let mut builder = GlobSetBuilder::new();
         let mut owners = Vec::new();
+        let mut literal: HashMap<OsString, Vec<Literal>> = HashMap::new();
         for (i, e) in kept.iter().enumerate() {
-            let mut forms = vec![(format!("**/{e}"), Part::Itself), (format!("**/{e}/**"), Part::Beneath)];
+            let mut forms = vec![(e.clone(), Part::Itself)];
             let names: Vec<&str> = e.split('/').collect();
             for k in 1..names.len() {
                 // `**` itself goes through directories only, whatever they are called.
                 if names[k - 1] != "**" {
-                    forms.push((format!("**/{}", names[..k].join("/")), Part::OnTheWay));
+                    forms.push((names[..k].join("/"), Part::OnTheWay));
                 }
             }
-            for (form, part) in &forms {
-                let glob = GlobBuilder::new(form)
+            for (form, part) in forms {
+                if !form.contains(['*', '?', '[', ']', '{', '}', '\\']) {
+                    let names: Vec<OsString> = form.split('/').map(OsString::from).collect();
+                    let last = names.last().cloned().unwrap_or_default();
+                    literal.entry(last).or_default().push(Literal { names, entry: i, part });
+                    continue;
+                }
+                let glob = GlobBuilder::new(&format!("**/{form}"))
                     .literal_separator(true)
                     .backslash_escape(true)
                     .build()
                     .map_err(|err| EntryError::BadPattern { entry: e.clone(), reason: err.kind().to_string() })?;
                 builder.add(glob);
-                owners.push((i, *part));
+                owners.push((i, part));
             }
         }
         let set = builder.build().map_err(|err| EntryError::BadPattern { entry: kept.join(", "), reason: err.to_string() })?;
-        Ok(Protection { entries: kept, set, owners })
+        Ok(Protection { entries: kept, set: Arc::new(set), owners: owners.into(), literal: Arc::new(literal) })
     }
 
     /// The defaults plus `added`.
     pub fn with_added(added: &[String]) -> Result<Protection, EntryError> {
         Protection::new(DEFAULTS.iter().map(|s| s.to_string()).chain(added.iter().cloned()))
+    }
+
+    /// The literal forms `path` ends with.
+    fn literal_matches<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = (usize, Part)> + 'a {
+        let candidates = path.file_name().and_then(|last| self.literal.get(last)).map_or(&[][..], Vec::as_slice);
+        candidates.iter().filter(move |l| path.iter().rev().take(l.names.len()).eq(l.names.iter().rev().map(OsString::as_os_str))).map(|l| (l.entry, l.part))
     }
 
     /// This protection without `removed` (each must be one of its entries, as written).
@@ -201,17 +241,22 @@ impl Protection {
             return None;
         }
         let mut best: Option<usize> = None;
-        for g in self.set.matches(rel) {
-            let (entry, part) = self.owners[g];
-            // `.git` itself counts only when it is not a directory; paths beneath a `.git`
-            // directory are judged by the other entries.
-            if self.entries[entry] == GIT_POINTER && (part == Part::Beneath || kind == Kind::Dir) {
-                continue;
+        // `rel` itself, then each of its ancestors (a directory, with `rel` beneath it).
+        for (at, path) in rel.ancestors().take_while(|a| !a.as_os_str().is_empty()).enumerate() {
+            let beneath = at > 0;
+            let globs = self.set.matches(path).into_iter().map(|g| self.owners[g]);
+            for (entry, part) in globs.chain(self.literal_matches(path)) {
+                // `.git` itself counts only when it is not a directory; paths beneath a `.git`
+                // directory are judged by the other entries.
+                if self.entries[entry] == GIT_POINTER && (beneath || kind == Kind::Dir) {
+                    continue;
+                }
+                // A name on the way to an entry is protected only as a non-directory.
+                if part == Part::OnTheWay && (beneath || kind == Kind::Dir) {
+                    continue;
+                }
+                best = Some(best.map_or(entry, |b| b.min(entry)));
             }
-            if part == Part::OnTheWay && kind == Kind::Dir {
-                continue;
-            }
-            best = Some(best.map_or(entry, |b| b.min(entry)));
         }
         best.map(|i| self.entries[i].as_str())
     }
