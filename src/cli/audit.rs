@@ -9,6 +9,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::out::outln;
+use super::style::Role;
 use super::{load_project, Cli, CliError};
 use crate::audit::read_all;
 use crate::term::{escape, json_for_terminal};
@@ -141,7 +142,9 @@ pub fn run(cli: &Cli, args: &AuditArgs) -> Result<i32, CliError> {
             (Some("run_end"), Some(start), Some(end)) => Some(end - start),
             _ => None,
         };
-        outln!("{time}  {:<run_w$}  {:<event_w$}  {}", field(e, "run_id"), field(e, "event"), summary::describe(e, run_secs));
+        // The kind column reads as a label; a refusal's in red.
+        let role = if summary::is_refusal(e) { Role::Denied } else { Role::Heading };
+        outln!("{time}  {:<run_w$}  {:<event_w$}  {}", field(e, "run_id"), role.out(field(e, "event")), summary::describe(e, run_secs));
     }
     Ok(0)
 }

@@ -7,6 +7,7 @@ use std::io::Write;
 use clap::Args;
 use serde::Serialize;
 
+use super::style::Role;
 use super::{load_project, Cli, CliError};
 use crate::sandbox::SandboxError;
 
@@ -79,9 +80,10 @@ impl Style {
                 Ok(()) => writeln!(out, "allowed\t{shown}"),
                 Err(e) => writeln!(out, "refused\t{shown}\t{}\t{}", e.kind(), e.to_string().replace('\n', " ")),
             },
+            // Colour only here: the other two are read by programs.
             Style::Prose => match result {
-                Ok(()) => writeln!(out, "allowed: {shown}"),
-                Err(e) => writeln!(out, "refused: {e}"),
+                Ok(()) => writeln!(out, "{} {shown}", Role::Ok.out("allowed:")),
+                Err(e) => writeln!(out, "{} {e}", Role::Denied.out("refused:")),
             },
         };
     }

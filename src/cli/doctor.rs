@@ -5,6 +5,7 @@ use clap::Args;
 use crate::term::escape;
 
 use super::out::outln;
+use super::style::Role;
 use super::{Cli, CliError};
 use crate::backend::docker::maintenance::{diagnose, DockerDiagnosis};
 use crate::config::{find_config, Project};
@@ -63,14 +64,14 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
     // no finding, and their caveats would only be noise (`--json` still lists all of them).
     if cfg!(target_os = "linux") {
         match &bwrap {
-            Ok(p) => outln!("bwrap:   ok ({})\n  limits: {bwrap_limits}", p.display()),
-            Err(e) => outln!("bwrap:   unavailable: {e}"),
+            Ok(p) => outln!("{}   {} ({})\n  limits: {bwrap_limits}", Role::Heading.out("bwrap:"), Role::Ok.out("ok"), p.display()),
+            Err(e) => outln!("{}   {}: {e}", Role::Heading.out("bwrap:"), Role::Denied.out("unavailable")),
         }
     }
     if cfg!(target_os = "macos") {
         match &seatbelt {
-            Ok(()) => outln!("seatbelt: ok (/usr/bin/sandbox-exec)"),
-            Err(e) => outln!("seatbelt: unavailable: {e}"),
+            Ok(()) => outln!("{} {} (/usr/bin/sandbox-exec)", Role::Heading.out("seatbelt:"), Role::Ok.out("ok")),
+            Err(e) => outln!("{} {}: {e}", Role::Heading.out("seatbelt:"), Role::Denied.out("unavailable")),
         }
         for gap in &seatbelt_gaps {
             outln!("  not enforced by seatbelt: {gap}");
@@ -80,7 +81,10 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
         print_project(p);
     }
     if !ok {
-        outln!("\nNo isolation backend works here. Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).");
+        outln!(
+            "\n{} Install and start Docker, or install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap).",
+            Role::Denied.out("No isolation backend works here.")
+        );
     }
     Ok(if ok { 0 } else { 1 })
 }
@@ -88,14 +92,16 @@ pub fn run(cli: &Cli, args: &DoctorArgs) -> Result<i32, CliError> {
 fn print_docker(d: &DockerDiagnosis) {
     match &d.error {
         None => outln!(
-            "docker:  ok: {} {} (daemon API {}, workcell speaks {}) at {}",
+            "{}  {}: {} {} (daemon API {}, workcell speaks {}) at {}",
+            Role::Heading.out("docker:"),
+            Role::Ok.out("ok"),
             d.engine.as_deref().unwrap_or("Engine"),
             d.version.as_deref().unwrap_or("?"),
             d.api_version.as_deref().unwrap_or("?"),
             d.negotiated_api.as_deref().unwrap_or("?"),
             d.address.as_deref().unwrap_or("?")
         ),
-        Some(e) => outln!("docker:  unavailable: {e}"),
+        Some(e) => outln!("{}  {}: {e}", Role::Heading.out("docker:"), Role::Denied.out("unavailable")),
     }
     for note in &d.engine_notes {
         outln!("  note: {note}");
@@ -180,10 +186,10 @@ fn access_findings(p: &Project) -> Vec<String> {
 fn print_project(p: &ProjectFindings) {
     // Messages quote worker-chosen names and paths: escaped before the terminal sees them.
     let esc = |s: &str| crate::term::escape(s).to_string();
-    outln!("project: {}", esc(&p.file.display().to_string()));
+    outln!("{} {}", Role::Heading.out("project:"), esc(&p.file.display().to_string()));
     if let Some(e) = &p.error {
         let lines: Vec<String> = e.lines().map(esc).collect();
-        outln!("  refused: {}", lines.join("\n    "));
+        outln!("  {} {}", Role::Denied.out("refused:"), lines.join("\n    "));
         return;
     }
     outln!("  workers: {}", if p.workers.is_empty() { "none".to_string() } else { esc(&p.workers.join(", ")) });
@@ -191,7 +197,7 @@ fn print_project(p: &ProjectFindings) {
         // One escaped line at a time: the refusal's own lines stay lines.
         let text = e.to_string();
         let lines: Vec<String> = text.lines().map(esc).collect();
-        outln!("  broken worker '{}': {}", esc(name), lines.join("\n    "));
+        outln!("  {} '{}': {}", Role::Denied.out("broken worker"), esc(name), lines.join("\n    "));
     }
     if !p.broken.is_empty() {
         outln!("  (a broken worker file stops only the commands that use that worker)");
@@ -200,7 +206,12 @@ fn print_project(p: &ProjectFindings) {
         outln!("  mcp sessions: one sandbox per session, commands by {}", crate::run::resident::Exec::summary(image));
     }
     for finding in &p.access {
-        // Already escaped where it quotes paths and names.
-        outln!("  {}", finding.replace('\n', "\n  "));
+        // Already escaped where it quotes paths and names. The refusal is its first line;
+        // the fixes follow.
+        let (refusal, fixes) = finding.split_once('\n').map_or((finding.as_str(), None), |(r, f)| (r, Some(f)));
+        outln!("  {}", Role::Denied.out(refusal));
+        if let Some(fixes) = fixes {
+            outln!("  {}", fixes.replace('\n', "\n  "));
+        }
     }
 }

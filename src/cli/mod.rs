@@ -11,6 +11,7 @@ pub(crate) mod out;
 mod plan;
 mod pool;
 mod run;
+pub(crate) mod style;
 mod user;
 
 use std::path::PathBuf;
@@ -60,6 +61,10 @@ pub struct Cli {
     /// Log format on stderr (filter with RUST_LOG).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// When to colour workcell's own output: auto (when that stream is a terminal and
+    /// NO_COLOR is unset or empty), always, never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+    pub color: clap::ColorChoice,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -157,7 +162,7 @@ impl ApprovalFlags {
 fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let ansi = std::env::var_os("NO_COLOR").is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = style::stderr_has_color();
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -173,11 +178,14 @@ pub fn load_project(config: Option<&std::path::Path>) -> Result<Project, CliErro
 
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
+    // Before parsing: clap's own help and usage errors follow `--color` too.
+    style::init(style::early_choice(std::env::args_os()));
     let cli = Cli::parse();
     // The agent runs inside the sandbox: no logging set-up, no watchdog, nothing else.
     if let Command::Agent { socket, wake } = &cli.command {
         return crate::agent::serve::main(socket, wake.as_deref());
     }
+    style::init(cli.color);
     init_logging(cli.log_format);
     // Runs started from this binary can leave a watchdog behind (it runs this binary again).
     crate::backend::docker::reaper::enable();
@@ -203,7 +211,7 @@ pub fn main() -> i32 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("workcell: {}", crate::term::escape_lines(&e.to_string()));
+            eprintln!("{} {}", style::error_prefix(), crate::term::escape_lines(&e.to_string()));
             e.exit_code()
         }
     }

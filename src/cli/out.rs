@@ -23,7 +23,7 @@ pub fn print(args: std::fmt::Arguments<'_>) {
 /// with a message otherwise (a full disk, say), never with a panic.
 pub fn write_failed(e: io::Error) -> ! {
     quit_if_closed(&e);
-    eprintln!("workcell: cannot write to standard output: {e}");
+    eprintln!("{} cannot write to standard output: {e}", super::style::error_prefix());
     std::process::exit(super::EXIT_INTERNAL)
 }
 

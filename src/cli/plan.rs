@@ -6,6 +6,7 @@ use crate::term::escape;
 use clap::Args;
 
 use super::out::{out, outln};
+use super::style::{Painted, Role};
 use super::{load_project, Cli, CliError};
 use crate::config::{ImageRef, Limits};
 use crate::plan::{LaunchPlan, Overrides};
@@ -90,13 +91,13 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         }
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        outln!("worker:   {}", escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
-        outln!("image:    {}", image_text(&plan.image));
-        outln!("command:  {}", escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
-        outln!("network:  {}", network_text(&plan));
-        outln!("workdir:  {}", escape(&plan.workdir));
-        outln!("user:     {}:{}", plan.user.uid, plan.user.gid);
-        outln!("mounts:");
+        outln!("{}   {}", heading("worker:"), escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
+        outln!("{}    {}", heading("image:"), image_text(&plan.image));
+        outln!("{}  {}", heading("command:"), escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
+        outln!("{}  {}", heading("network:"), network_text(&plan));
+        outln!("{}  {}", heading("workdir:"), escape(&plan.workdir));
+        outln!("{}     {}:{}", heading("user:"), plan.user.uid, plan.user.gid);
+        outln!("{}", heading("mounts:"));
         for m in &plan.mounts {
             let copy = if plan.copies.iter().any(|c| c.target == m.target) { ", delivery: copy" } else { "" };
             outln!("  {} <- {} ({}{copy})", escape(&m.target), escape(&m.source.to_string_lossy()), if m.read_only { "ro" } else { "rw" });
@@ -111,23 +112,28 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
             outln!("  {} ({what})", escape(&path));
         }
         print_protected(&plan);
-        outln!("limits:   {}", limits_text(&plan.limits));
-        outln!("mcp:      one sandbox per session, commands by {}", crate::run::resident::Exec::summary(&plan.image));
+        outln!("{}   {}", heading("limits:"), limits_text(&plan.limits));
+        outln!("{}      one sandbox per session, commands by {}", heading("mcp:"), crate::run::resident::Exec::summary(&plan.image));
         match crate::pool::why_not(&plan, crate::backend::Selected::Docker) {
-            None => outln!("pool:     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)"),
-            Some(why) => outln!("pool:     not pooled: {why}"),
+            None => outln!("{}     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)", heading("pool:")),
+            Some(why) => outln!("{}     not pooled: {why}", heading("pool:")),
         }
         match &plan.runtime {
-            Some(r) => outln!("runtime:  {} (docker only: bwrap, seatbelt and none refuse this plan)", escape(r)),
-            None => outln!("runtime:  the Docker daemon's default"),
+            Some(r) => outln!("{}  {} (docker only: bwrap, seatbelt and none refuse this plan)", heading("runtime:"), escape(r)),
+            None => outln!("{}  the Docker daemon's default", heading("runtime:")),
         }
         // Said only for an engine named by DOCKER_HOST: the plan itself asks no engine.
         if let Some(note) = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).and_then(|h| crate::backend::docker::placement::describe(&h)) {
-            outln!("engine:   {}", escape(&note));
+            outln!("{}   {}", heading("engine:"), escape(&note));
         }
         print_docker(&docker);
     }
     Ok(0)
+}
+
+/// A label or heading of the readable plan, bold on a terminal.
+fn heading(label: &str) -> Painted<&str> {
+    Role::Heading.out(label)
 }
 
 /// Per writable bind mount: the files the host runs that are protected there, the entries
@@ -136,7 +142,7 @@ fn print_protected(plan: &LaunchPlan) {
     if plan.protected.is_empty() {
         return;
     }
-    outln!("protected (files the host runs: existing ones read-only, new ones moved aside after the run):");
+    outln!("{} (files the host runs: existing ones read-only, new ones moved aside after the run):", heading("protected"));
     for a in &plan.protected {
         outln!("  {}", escape(&a.target));
         outln!("    entries:        {}", escape(&a.entries.join(", ")));
@@ -242,7 +248,7 @@ fn docker_section(plan: &LaunchPlan) -> serde_json::Value {
 }
 
 fn print_docker(d: &serde_json::Value) {
-    outln!("docker:");
+    outln!("{}", heading("docker:"));
     if let Some(e) = d.get("error").and_then(|e| e.as_str()) {
         outln!("  (cannot render: {e})");
         return;

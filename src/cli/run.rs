@@ -171,7 +171,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
         eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());
     }
     if selected == Selected::None && choice != BackendChoice::None {
-        eprintln!("workcell: warning: no isolation backend works here and require_os_sandbox is false");
+        eprintln!("{} no isolation backend works here and require_os_sandbox is false", super::style::warning_prefix());
     }
     let service = session.service().clone();
     let result = session.run(Output::Inherit).map(|f| f.exit_code);

@@ -97,6 +97,18 @@ fn main_argument(tool: &str, args: &Map<String, Value>) -> String {
     }
 }
 
+/// True for an event that records a refusal: a denied decision or tool call, or a
+/// connection the egress rules refused.
+pub fn is_refusal(e: &Value) -> bool {
+    let at = |pointer: &str| e.pointer(pointer).and_then(Value::as_str);
+    match at("/event") {
+        Some("decision") => at("/decision/outcome") == Some("denied"),
+        Some("tool_call") => e.get("ok").and_then(Value::as_bool) != Some(true) && at("/kind") == Some("denied"),
+        Some("egress" | "egress_repeated") => at("/verdict") == Some("refused"),
+        _ => false,
+    }
+}
+
 /// The readable part of one event's line (after its time, run and kind). `run_secs` is the
 /// run's duration for a `run_end` whose `run_start` is in the log.
 pub fn describe(e: &Value, run_secs: Option<f64>) -> String {
@@ -212,6 +224,11 @@ mod tests {
         assert!(describe(&e, None).ends_with("approved by preset (--approve shell)"));
         let e = json!({"event": "decision", "action": "shell", "subject": "rm x", "decision": {"outcome": "denied", "reason": "strict"}});
         assert!(describe(&e, None).ends_with("denied: strict"));
+        assert!(is_refusal(&e), "a denied decision is a refusal");
+        let e = json!({"event": "egress", "verdict": "refused"});
+        assert!(is_refusal(&e));
+        let e = json!({"event": "egress", "verdict": "allowed"});
+        assert!(!is_refusal(&e));
     }
 
     #[test]

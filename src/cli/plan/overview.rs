@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::super::out::outln;
-use super::{image_text, limits_text, network_text, print_protected, CliError};
+use super::{heading, image_text, limits_text, network_text, print_protected, CliError};
 use crate::config::Project;
 use crate::plan::{LaunchPlan, Overrides};
 use crate::sandbox::{Approval, Delivery, Mount, ZoneMode};
@@ -44,11 +44,15 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
         });
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
-        outln!("The project's sandbox (`workcell plan WORKER` or `workcell plan -- COMMAND` plans a run):");
-        outln!("project:  {}", escape(file.as_deref().unwrap_or("(no workcell.yaml)")));
-        outln!("backend:  {}", serde_json::to_value(project.defaults.backend).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default());
-        outln!("image:    {}", image_text(&plan.image));
-        outln!("zones:");
+        outln!("{}", heading("The project's sandbox (`workcell plan WORKER` or `workcell plan -- COMMAND` plans a run):"));
+        outln!("{}  {}", heading("project:"), escape(file.as_deref().unwrap_or("(no workcell.yaml)")));
+        outln!(
+            "{}  {}",
+            heading("backend:"),
+            serde_json::to_value(project.defaults.backend).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+        );
+        outln!("{}    {}", heading("image:"), image_text(&plan.image));
+        outln!("{}", heading("zones:"));
         if sandbox.mounts().is_empty() {
             outln!("  (none)");
         }
@@ -56,13 +60,13 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
         for m in sandbox.mounts() {
             outln!("  {:<width$}  {}", escape(&m.mount_point), zone_text(m));
         }
-        outln!("network:  {}", network_text(&plan));
-        outln!("limits:   {}", limits_text(&plan.limits));
-        outln!("user:     {}:{}", plan.user.uid, plan.user.gid);
-        outln!("workdir:  {}", escape(&plan.workdir));
+        outln!("{}  {}", heading("network:"), network_text(&plan));
+        outln!("{}   {}", heading("limits:"), limits_text(&plan.limits));
+        outln!("{}     {}:{}", heading("user:"), plan.user.uid, plan.user.gid);
+        outln!("{}  {}", heading("workdir:"), escape(&plan.workdir));
         print_protected(&plan);
         let names: Vec<String> = workers.iter().map(|w| escape(w).into_owned()).collect();
-        outln!("workers:  {}", if names.is_empty() { "none".to_string() } else { names.join(", ") });
+        outln!("{}  {}", heading("workers:"), if names.is_empty() { "none".to_string() } else { names.join(", ") });
     }
     access.map(|()| 0)
 }
