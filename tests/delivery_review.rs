@@ -16,7 +16,7 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{json, Value};
 use support::{give_to_worker, write_project};
 
-/// Exit status of a run whose delivery held something back (README, "Exit statuses").
+/// Exit status of a run whose delivery held something back (docs/commands.md, "Exit statuses").
 const HELD_BACK: i64 = 3;
 
 /// `tmp/proj` with `out/`, copy-delivered, writes and deletes pre-approved (so a prompt comes

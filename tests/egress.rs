@@ -235,7 +235,7 @@ macro_rules! backend_suite {
 backend_suite!(bwrap, "bwrap");
 backend_suite!(docker, "docker");
 
-/// The repository's `docker-compose.yml` (the README's demo) and `examples/egress`: the
+/// The repository's `docker-compose.yml` (the demo in docs/network.md, which marks its block `tested-by=tests/egress.rs`) and `examples/egress`: the
 /// allowed server is fetched, the refused one gets the proxy's 403.
 mod compose {
     use super::*;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 /// The most the audit log may grow in one run, whatever the worker does: 2,000 connection
-/// lines and 1,000 summary lines of at most about 1 KiB each (README, "Network rules").
+/// lines and 1,000 summary lines of at most about 1 KiB each (docs/network.md).
 const AUDIT_BOUND: u64 = 3 * 1024 * 1024;
 
 /// A project whose network allows one name only, which the worker never asks for.

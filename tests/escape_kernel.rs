@@ -66,7 +66,7 @@ fn docker_refuses_escape_syscalls() {
     }
     let results = probe("docker");
     assert_eq!(results.len(), 23, "{results:?}");
-    // Docker's default profile refuses these; io_uring only from Engine 25 on (the README
+    // Docker's default profile refuses these; io_uring only from Engine 25 on (docs/security.md
     // says so), so it is left out here.
     let allowed: Vec<_> = results.iter().filter(|(n, e)| !n.starts_with("io_uring") && *e != EPERM).collect();
     assert!(allowed.is_empty(), "calls not refused with EPERM under docker: {allowed:?}");

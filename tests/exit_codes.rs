@@ -1,5 +1,5 @@
 //! One table of endings: the same exit status and the same explanation from workcell on
-//! docker and on bwrap (README, "Exit statuses").
+//! docker and on bwrap (docs/commands.md, "Exit statuses").
 
 mod support;
 

@@ -1,5 +1,5 @@
 //! `workcell mcp`'s protocol identity, through the official MCP Python SDK (installed by
-//! .ci/run): the server's name and version, annotations on every tool as README ("MCP")
+//! .ci/run): the server's name and version, annotations on every tool as docs/tools.md ("MCP identity")
 //! documents them, `shell`'s outputSchema and a structuredContent that validates against it,
 //! `encoding: "base64"` round-tripping bytes 0..=255, and tools that cannot work here neither
 //! listed nor callable. The tool list's JSON is snapshotted.
@@ -54,7 +54,7 @@ mod body {
         assert_eq!(r["server"]["name"], "workcell");
         assert_eq!(r["server"]["version"], env!("CARGO_PKG_VERSION"));
 
-        // Every listed tool has a title and all four hints, as README documents them.
+        // Every listed tool has a title and all four hints, as docs/tools.md documents them.
         let names: Vec<&str> = r["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
         assert_eq!(names, ["read_file", "write_file", "edit_file", "delete_file", "list_files", "shell"], "no workers, no dynamic: {names:?}");
         for t in r["tools"].as_array().expect("tools") {

@@ -1,5 +1,5 @@
 //! `mounts:` entries name their zones after the mount point without its leading `/` (the
-//! README, "Zone names of `mounts:`"): a worker asks for `data/raw`, not `raw`.
+//! docs/configuration.md, "Zone names of `mounts:`"): a worker asks for `data/raw`, not `raw`.
 
 use std::fs;
 

@@ -3,6 +3,8 @@
 //! `workcell` the binary under test and `--backend` chosen. Then what the recipe promises:
 //! the tests ran and passed inside, the artifact is on the host, the source zone could not be
 //! written, the network was off, and (documents) only what the checker accepts is published.
+//! The blocks it runs are marked `tested-by=tests/recipes.rs` (tests/docs.rs checks the mark):
+//! examples/ci-python/README.md, examples/ci-rust/README.md and examples/documents/README.md.
 
 mod support;
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use support::remote::{host_traces, processes_of, script, RemoteEngine};
 use support::{backend_ready, give_to_worker, write_project};
 
-/// Exit status of a run whose delivery held something back (README, "Exit statuses").
+/// Exit status of a run whose delivery held something back (docs/commands.md, "Exit statuses").
 const HELD_BACK: i32 = 3;
 const PRE: &str = "approval: {write: preApproved, delete: preApproved}";
 

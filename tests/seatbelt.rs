@@ -198,7 +198,7 @@ fn doctor_names_what_seatbelt_does_not_enforce() {
 
 #[test]
 fn printed_profile_keeps_a_line_break_in_a_path_inside_its_comment() {
-    // The printout is fed to `sandbox-exec -f` by the README's procedure: a path must not
+    // The printout is fed to `sandbox-exec -f` by the procedure in docs/backends.md: a path must not
     // end the `; -D` comment and add rules of its own.
     let f = Fixture::new(ZONES, &[]);
     let mut plan = f.plan(None, Overrides::default());

@@ -1,5 +1,5 @@
 //! How a run ended, in the same words and exit status on every backend: the table in the
-//! README ("Exit statuses") is this file.
+//! docs/commands.md ("Exit statuses") is this file.
 
 use std::time::Duration;
 

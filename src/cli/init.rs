@@ -21,7 +21,7 @@ pub struct InitArgs {
 }
 
 pub const STARTER_CONFIG: &str = r#"# workcell project: which host directories workers may see.
-# Reference: README.md, "Configuration reference".
+# Reference: docs/configuration.md in workcell's repository.
 sandbox:
   zones:
     data:                 # mounted at /data, read-only

@@ -400,8 +400,8 @@ impl Project {
             if builder.mounts.iter().any(|m| m.mount_point == "/") {
                 if let (true, Some(root)) = (builder.mounts.len() > 1, mounts.value.iter().find(|m| m.at.value == "/")) {
                     // One directory as `/` is the root form, addressed without zone names;
-                    // other mounts beside it would need names inside it (see the README,
-                    // "Differences from pydantic-ai-filesystem-sandbox").
+                    // other mounts beside it would need names inside it (see
+                    // docs/differences.md, "A mount at `/` beside other mounts is refused").
                     return Err(diag.spanned(
                         &root.at,
                         "a mount at '/' must be the only mount (it is the root form: one directory as the whole sandbox); \
@@ -473,7 +473,7 @@ impl Project {
     }
 }
 
-/// The configuration used when a directory has no `workcell.yaml` (README, "Configuration reference": zones `cache` and `workspace`, rw, under `.sandbox/`).
+/// The configuration used when a directory has no `workcell.yaml` (docs/configuration.md, "Rules: exactly one form": zones `cache` and `workspace`, rw, under `.sandbox/`).
 pub const DEFAULT_CONFIG: &str = "sandbox:\n  mode: sandboxed\n  zones:\n    cache: {mode: rw}\n    workspace: {mode: rw}\n";
 
 /// A `runtime:` value, checked, or its located error.

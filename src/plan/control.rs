@@ -74,7 +74,7 @@ pub(super) fn control_mounts(project: &Project, mounts: &[PlanMount]) -> Result<
             if rel.as_os_str().is_empty() {
                 continue;
             }
-            // Not followed: a link is left as it is (the README names this limit).
+            // Not followed: a link is left as it is (docs/security.md names this limit).
             if let Opened::Found(p) = pin(m, &zone, rel) {
                 out.push(p);
             }

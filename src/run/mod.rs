@@ -231,7 +231,7 @@ impl Session {
             }
         };
         // A remote engine cannot reach the broker's socket on this host: the worker runs
-        // without the tool service (the README says so).
+        // without the tool service (docs/engines.md says so).
         if let Some(broker) = broker.as_ref().filter(|_| plan.shipped.is_none()) {
             broker.share_with(plan.user)?;
             plan.attach_broker(broker.dir(), broker.token());

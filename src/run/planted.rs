@@ -60,7 +60,7 @@ pub fn lines(r: &Report, run_id: &str, host: bool) -> Vec<String> {
         let path = crate::term::escape(&item.path);
         let why: Cow<'_, str> = match &item.why {
             Why::Protected { entry } => {
-                format!("a file the host runs, protected as '{}'; see README \"Files the host runs\"", crate::term::escape(entry)).into()
+                format!("a file the host runs, protected as '{}'; see docs/security.md, \"Files the host runs\"", crate::term::escape(entry)).into()
             }
             Why::TooDeep => format!("deeper than {MAX_DEPTH} directories, so not checked").into(),
             Why::Unreadable { error } => format!("a directory that could not be read ({}), so not checked", crate::term::escape(error)).into(),

@@ -2,7 +2,7 @@
 //! initialisation that it takes form elicitations, a request that needs consent is put to it
 //! as a form with one choice — allow once, allow for the session, deny — and the same escaped
 //! question the terminal shows. Whoever the client routes the form to answers: a person in
-//! most clients, possibly a model in an agent framework's callback (README, "Agents").
+//! most clients, possibly a model in an agent framework's callback (docs/agents.md, "How approvals reach the person").
 //!
 //! Prompters are synchronous and run on blocking threads (a tool call's, or the egress
 //! proxy's); the question is sent from the server's runtime and the answer waited for on a

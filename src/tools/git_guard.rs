@@ -3,7 +3,7 @@
 //! would run the worker's code. Every shell-tool command therefore gets an environment that
 //! overrides those keys (git's `GIT_CONFIG_COUNT` settings rank above every config file, and
 //! reach git however it is started: directly, through a launcher or from a script), and no
-//! system or global config. What this cannot reach is listed in the README.
+//! system or global config. What this cannot reach is listed in docs/tools.md ("What rules do not protect against").
 
 use super::launchers::Chain;
 

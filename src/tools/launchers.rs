@@ -370,7 +370,7 @@ fn flock_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
 }
 
 /// `sh [OPTIONS] -c STRING [NAME ARGS]`: STRING, parsed by the caller. Without `-c` the shell
-/// runs a script file (not followed: see the README) or, with no operand or `-s`, reads its
+/// runs a script file (not followed: see docs/tools.md, "Opaque parts") or, with no operand or `-s`, reads its
 /// commands from standard input, which cannot be judged.
 fn shell_program(rest: &[String]) -> Result<Option<String>, Unreadable> {
     let mut i = 0;

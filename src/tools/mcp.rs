@@ -31,7 +31,7 @@ fn schema<T: JsonSchema>() -> Arc<serde_json::Map<String, Value>> {
 }
 
 /// One tool's description, schema and annotations (MCP `ToolAnnotations`), as chosen from
-/// what the tool does and the session's [`Facts`]; README, "MCP", explains each choice.
+/// what the tool does and the session's [`Facts`]; docs/tools.md (the table of tool hints) explains each choice.
 struct Spec {
     name: &'static str,
     title: &'static str,

@@ -1,4 +1,4 @@
-//! The host side of tools (README, "Tools, approvals and the broker"): shell rules, approvals and the audit log. The tool
+//! The host side of tools (docs/tools.md): shell rules, approvals and the audit log. The tool
 //! service and its transports (broker socket, MCP) build on these.
 
 pub mod approval;

@@ -146,7 +146,7 @@ backend_suite!(
         /// sandbox, and more per worker process), not the worker's processes: 60 processes
         /// under a limit of 100 never all start. Depending on where the limit bites, the
         /// sandbox does not start (125, the daemon's message) or gVisor stops it. Either
-        /// way the worker does not finish and the host is unaffected (README, "gVisor").
+        /// way the worker does not finish and the host is unaffected (docs/backends.md, "gVisor").
         #[test]
         fn fork_bomb_is_contained() {
             if !support::backend_ready(BACKEND) {

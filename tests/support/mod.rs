@@ -204,13 +204,14 @@ impl Proj {
     }
 }
 
-/// The command lines of the first `sh` block of the Markdown file `readme`, trimmed, without
-/// blank lines and comments (the quick start and the recipes are run from their docs).
+/// The command lines of the first `sh` block of the Markdown file `readme` (a fence whose info
+/// string's first word is `sh`; the words after it are tests/docs.rs's marks), trimmed,
+/// without blank lines and comments (the quick start and the recipes are run from their docs).
 pub fn first_sh_block_lines(readme: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(readme).unwrap_or_else(|e| panic!("{}: {e}", readme.display()));
-    let start = text.find("```sh\n").expect("an sh block") + 6;
-    let block = &text[start..start + text[start..].find("```").expect("its end")];
-    block.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect()
+    let mut lines = text.lines();
+    lines.by_ref().find(|l| l.strip_prefix("```").is_some_and(|info| info.split_whitespace().next() == Some("sh"))).expect("an sh block");
+    lines.take_while(|l| !l.starts_with("```")).map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect()
 }
 
 /// `workcell` started in `dir`, with a deadline that turns a hang into a failure.

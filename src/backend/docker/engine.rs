@@ -179,7 +179,7 @@ pub fn notes(engine: &Engine, address: &str) -> Vec<String> {
     if !engine.is_podman() {
         return out;
     }
-    out.push("Podman's Docker-compatible service: see README \"Other engines: Podman\" for what differs".into());
+    out.push("Podman's Docker-compatible service: see docs/engines.md, \"Other engines: Podman\", for what differs".into());
     let local = address.starts_with("unix://");
     if local && podman_init_missing() {
         out.push(PODMAN_INIT_HINT.into());

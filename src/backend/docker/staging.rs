@@ -10,7 +10,7 @@
 //!
 //! Without root (no mount privilege) the path read from the handle is bound, after checking
 //! that it still names the held object; the window between that check and the daemon's
-//! start is documented in the README.
+//! start is documented in docs/security.md ("Limits — what this does not protect against").
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};

@@ -6,7 +6,7 @@
 //! `workcell.yaml` ([`crate::config::Kubernetes`]).
 //!
 //! What a cluster cannot be given from a plan is refused ([`KubernetesError`]) or said in
-//! the README ("Running on Kubernetes"): the pids limit (a kubelet setting), the read-only
+//! docs/kubernetes.md ("Not carried to a cluster"): the pids limit (a kubelet setting), the read-only
 //! binds of control files and of files the host runs (the volumes are not the host's
 //! directories), the publishing of `delivery: copy` zones (no one reviews on a cluster), and
 //! the egress proxy itself (workcell's proxy runs in workcell; only its Service is rendered).

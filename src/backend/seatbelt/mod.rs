@@ -120,7 +120,7 @@ pub fn render_argv(plan: &LaunchPlan) -> Vec<String> {
 
 /// The printable Seatbelt rendering of `plan` for `workcell plan --backend seatbelt`. It is
 /// itself a profile `sandbox-exec -f` accepts: everything else is `;` comments, the
-/// parameters as `; -D NAME=VALUE` lines (the README's probe procedure reads them).
+/// parameters as `; -D NAME=VALUE` lines (the probe procedure in docs/backends.md, "Checking the Seatbelt profile on a Mac", reads them).
 pub fn plan_text(plan: &LaunchPlan) -> String {
     let sp = render_profile(plan);
     let mut out = String::from("; Seatbelt profile (zones appear at their host paths)\n");
