@@ -214,6 +214,16 @@ pub fn unsearchable_above(path: &std::path::Path, user: UserSpec) -> std::io::Re
     })?
 }
 
+/// [`unsearchable_above`] for each of `paths`, on one thread holding the worker's ids (a
+/// thread per path cost a bwrap launch a thread start per mount).
+#[cfg(target_os = "linux")]
+pub fn unsearchable_above_each(paths: &[&std::path::Path], user: UserSpec) -> Vec<std::io::Result<Option<PathBuf>>> {
+    match as_worker(user, || paths.iter().map(|p| unsearchable_above(p, user)).collect::<Vec<_>>()) {
+        Ok(each) => each,
+        Err(e) => paths.iter().map(|_| Err(std::io::Error::new(e.kind(), e.to_string()))).collect(),
+    }
+}
+
 #[cfg(target_os = "linux")]
 fn owner_of(dir: &std::path::Path) -> Option<Owner> {
     std::fs::metadata(dir).ok().map(|m| Owner { uid: m.uid(), gid: m.gid(), mode: m.mode() })

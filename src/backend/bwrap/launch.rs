@@ -86,8 +86,9 @@ pub(super) fn prepare(plan: &LaunchPlan) -> Result<(&'static Located, Option<Run
     if let Some(m) = plan.mounts.iter().find(|m| located.path.starts_with(&m.source)) {
         return Err(BwrapError::InsideZone { bwrap: located.path.clone(), zone_dir: m.source.clone(), zone: m.target.clone() }.into());
     }
-    for m in &plan.mounts {
-        if let Some((dir, mode, owner)) = unreachable_for(&m.source, plan.user) {
+    let sources: Vec<&Path> = plan.mounts.iter().map(|m| m.source.as_path()).collect();
+    for (m, blocked) in plan.mounts.iter().zip(unreachable_each(&sources, plan.user)) {
+        if let Some((dir, mode, owner)) = blocked {
             return Err(BwrapError::ZoneUnreachable { uid: plan.user.uid, zone: m.target.clone(), zone_dir: m.source.clone(), dir, mode, owner }.into());
         }
     }
@@ -103,12 +104,19 @@ pub(super) fn prepare(plan: &LaunchPlan) -> Result<(&'static Located, Option<Run
 /// its mode and owner. The kernel answers, as the worker (ACLs count: a 0700 directory whose
 /// ACL lets the worker search it is no obstacle); where it cannot be asked, the mode bits
 /// decide. Supplementary groups are ignored: the worker has none.
-fn unreachable_for(path: &Path, user: crate::plan::UserSpec) -> Option<(PathBuf, u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
+fn unreachable_each(paths: &[&Path], user: crate::plan::UserSpec) -> Vec<Option<(PathBuf, u32, u32)>> {
     if user.uid == 0 {
-        return None;
+        return paths.iter().map(|_| None).collect();
     }
-    if let Ok(blocked) = crate::plan::access::unsearchable_above(path, user) {
+    let asked = crate::plan::access::unsearchable_above_each(paths, user);
+    paths.iter().zip(asked).map(|(p, answer)| unreachable_for(p, user, answer)).collect()
+}
+
+/// The kernel's `answer` for `path` (see above), or where it could not be asked the mode
+/// bits' reading.
+fn unreachable_for(path: &Path, user: crate::plan::UserSpec, answer: std::io::Result<Option<PathBuf>>) -> Option<(PathBuf, u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(blocked) = answer {
         return blocked.map(|dir| {
             let (mode, owner) = std::fs::metadata(&dir).map(|m| (m.mode() & 0o7777, m.uid())).unwrap_or((0, 0));
             (dir, mode, owner)
