@@ -18,15 +18,12 @@
 //! with `.config` a link to `x`, git reads `x/git/config` as `~/.config/git/config`, and the
 //! path `x/git/config` itself matches nothing.
 
-use std::collections::HashMap;
-use std::ffi::OsString;
 use std::path::{Component, Path};
 use std::sync::Arc;
 
+mod forms;
 pub mod quarantine;
 pub(crate) mod remove;
-
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 /// The entries protected in every writable area unless a zone turns one off (`unprotect:`).
 pub const DEFAULTS: &[&str] = &[
@@ -110,27 +107,13 @@ pub enum EntryError {
 #[derive(Debug, Clone)]
 pub struct Protection {
     entries: Vec<String>,
-    /// One glob per entry and `**/` form, each tagged with its entry's index. Paths beneath
-    /// an entry have no glob of their own (`**/E/**` made the set's regexes several times
-    /// larger, and building them was most of a launch's own work): [`Protection::matches`]
-    /// looks at each ancestor instead.
-    set: Arc<GlobSet>,
-    /// For each glob of `set`: the entry it belongs to, and what part of it the glob is.
-    owners: Arc<[(usize, Part)]>,
-    /// The forms without wildcards (nearly all), by their last name: `**/E` is then "the path
-    /// ends with E's names", and no glob (a regex or an automaton to build) is needed.
-    literal: Arc<HashMap<OsString, Vec<Literal>>>,
+    /// Every entry's `**/` forms (the entry itself, and the names on the way to it). Paths
+    /// beneath an entry have no form of their own (`**/E/**` made the glob set's regexes
+    /// several times larger): [`Protection::matches`] looks at each ancestor instead.
+    forms: Arc<forms::Forms>,
 }
 
-/// A form of an entry without wildcards.
-#[derive(Debug, Clone)]
-struct Literal {
-    names: Vec<OsString>,
-    entry: usize,
-    part: Part,
-}
-
-/// What part of an entry a glob matches.
+/// What part of an entry a form matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Part {
     /// The entry itself (and so, at an ancestor, everything beneath it).
@@ -140,7 +123,7 @@ enum Part {
 }
 
 /// The default protection, built once per process: every project and sandbox starts from
-/// it, and building a glob set is the costly part of a protection.
+/// it.
 static DEFAULT: std::sync::LazyLock<Protection> =
     std::sync::LazyLock::new(|| Protection::build(DEFAULTS.iter().map(|s| s.to_string()).collect()).expect("the default entries are valid"));
 
@@ -173,47 +156,24 @@ impl Protection {
     }
 
     fn build(kept: Vec<String>) -> Result<Protection, EntryError> {
-        let mut builder = GlobSetBuilder::new();
-        let mut owners = Vec::new();
-        let mut literal: HashMap<OsString, Vec<Literal>> = HashMap::new();
+        let mut all = Vec::new();
         for (i, e) in kept.iter().enumerate() {
-            let mut forms = vec![(e.clone(), Part::Itself)];
+            all.push((e.clone(), i, Part::Itself));
             let names: Vec<&str> = e.split('/').collect();
             for k in 1..names.len() {
                 // `**` itself goes through directories only, whatever they are called.
                 if names[k - 1] != "**" {
-                    forms.push((names[..k].join("/"), Part::OnTheWay));
+                    all.push((names[..k].join("/"), i, Part::OnTheWay));
                 }
-            }
-            for (form, part) in forms {
-                if !form.contains(['*', '?', '[', ']', '{', '}', '\\']) {
-                    let names: Vec<OsString> = form.split('/').map(OsString::from).collect();
-                    let last = names.last().cloned().unwrap_or_default();
-                    literal.entry(last).or_default().push(Literal { names, entry: i, part });
-                    continue;
-                }
-                let glob = GlobBuilder::new(&format!("**/{form}"))
-                    .literal_separator(true)
-                    .backslash_escape(true)
-                    .build()
-                    .map_err(|err| EntryError::BadPattern { entry: e.clone(), reason: err.kind().to_string() })?;
-                builder.add(glob);
-                owners.push((i, part));
             }
         }
-        let set = builder.build().map_err(|err| EntryError::BadPattern { entry: kept.join(", "), reason: err.to_string() })?;
-        Ok(Protection { entries: kept, set: Arc::new(set), owners: owners.into(), literal: Arc::new(literal) })
+        let forms = forms::Forms::build(all).map_err(|bad| EntryError::BadPattern { entry: kept[bad.entry].clone(), reason: bad.reason })?;
+        Ok(Protection { entries: kept, forms: Arc::new(forms) })
     }
 
     /// The defaults plus `added`.
     pub fn with_added(added: &[String]) -> Result<Protection, EntryError> {
         Protection::new(DEFAULTS.iter().map(|s| s.to_string()).chain(added.iter().cloned()))
-    }
-
-    /// The literal forms `path` ends with.
-    fn literal_matches<'a>(&'a self, path: &'a Path) -> impl Iterator<Item = (usize, Part)> + 'a {
-        let candidates = path.file_name().and_then(|last| self.literal.get(last)).map_or(&[][..], Vec::as_slice);
-        candidates.iter().filter(move |l| path.iter().rev().take(l.names.len()).eq(l.names.iter().rev().map(OsString::as_os_str))).map(|l| (l.entry, l.part))
     }
 
     /// This protection without `removed` (each must be one of its entries, as written).
@@ -244,8 +204,7 @@ impl Protection {
         // `rel` itself, then each of its ancestors (a directory, with `rel` beneath it).
         for (at, path) in rel.ancestors().take_while(|a| !a.as_os_str().is_empty()).enumerate() {
             let beneath = at > 0;
-            let globs = self.set.matches(path).into_iter().map(|g| self.owners[g]);
-            for (entry, part) in globs.chain(self.literal_matches(path)) {
+            for (entry, part) in self.forms.matches(path) {
                 // `.git` itself counts only when it is not a directory; paths beneath a `.git`
                 // directory are judged by the other entries.
                 if self.entries[entry] == GIT_POINTER && (beneath || kind == Kind::Dir) {
