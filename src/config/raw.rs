@@ -369,8 +369,7 @@ pub struct RawWorker {
     /// The command to run: a list of arguments, or one string split like a shell would.
     #[schemars(with = "Option<CommandSchema>")]
     pub command: Option<RawCommand>,
-    /// Environment for the worker, over `defaults.env`. A `null` value passes the host's
-    /// variable through.
+    /// Environment for the worker, over `defaults.env`. A `null` value passes the host's variable through.
     #[schemars(with = "Option<IndexMap<String, Option<String>>>")]
     pub env: Option<IndexMap<Spanned<String>, Option<String>>>,
     /// Working directory inside the sandbox (default: the first writable zone, else `/tmp`).
