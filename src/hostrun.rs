@@ -18,9 +18,13 @@
 //! with `.config` a link to `x`, git reads `x/git/config` as `~/.config/git/config`, and the
 //! path `x/git/config` itself matches nothing.
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 use std::sync::Arc;
 
+#[cfg(test)]
+mod against_globs;
 mod forms;
 pub mod quarantine;
 pub(crate) mod remove;
@@ -197,13 +201,19 @@ impl Protection {
     /// the file system has it), when one does: `rel` is a protected path or lies beneath one.
     /// `kind` is what the last component of `rel` is.
     pub fn matches(&self, rel: &Path, kind: Kind) -> Option<&str> {
-        if rel.as_os_str().is_empty() {
+        let text = rel.as_os_str().as_bytes();
+        if text.is_empty() {
             return None;
         }
         let mut best: Option<usize> = None;
-        // `rel` itself, then each of its ancestors (a directory, with `rel` beneath it).
-        for (at, path) in rel.ancestors().take_while(|a| !a.as_os_str().is_empty()).enumerate() {
-            let beneath = at > 0;
+        // `rel` itself, then its text before each `/` (a directory, with `rel` beneath it).
+        // The text, not `Path::ancestors`: a glob judges text, and with a trailing `/` or an
+        // empty name (`x/y/`, `x//y`) the text has a prefix `x/y` or `x/` that the names
+        // alone do not give, and that a `**/E/**` glob saw.
+        let slashes = text.iter().enumerate().rev().filter(|&(_, &b)| b == b'/').map(|(i, _)| i);
+        for end in std::iter::once(text.len()).chain(slashes).filter(|&end| end > 0) {
+            let path = Path::new(OsStr::from_bytes(&text[..end]));
+            let beneath = end < text.len();
             for (entry, part) in self.forms.matches(path) {
                 // `.git` itself counts only when it is not a directory; paths beneath a `.git`
                 // directory are judged by the other entries.
@@ -233,7 +243,9 @@ fn check_entry(e: &str) -> Result<String, EntryError> {
             return Err(bad());
         }
     }
-    if trimmed.split('/').any(str::is_empty) {
+    // `Path::components` drops a `.` inside a path (`a/./b`, `a/.`): the text is looked at too,
+    // or the entry would be kept with a name no path's names ever equal.
+    if trimmed.split('/').any(|n| n.is_empty() || n == "." || n == "..") {
         return Err(bad());
     }
     Ok(trimmed.to_string())
@@ -260,6 +272,9 @@ mod tests {
         assert_eq!(m(&p, "a/.config/git/config", Kind::Other).as_deref(), Some(".config/git"));
         assert_eq!(m(&p, ".git/worktrees/wt/commondir", Kind::Other).as_deref(), Some(".git/worktrees/*/commondir"));
         assert_eq!(m(&p, ".git/worktrees/wt/HEAD", Kind::Other), None);
+        // A trailing `/` or an empty name: the text before a `/` is an ancestor to the globs.
+        assert_eq!(m(&p, ".git/modules/a/config/", Kind::Dir).as_deref(), Some(".git/modules/**/config"));
+        assert_eq!(m(&p, ".git/worktrees/wt/commondir//x", Kind::Other).as_deref(), Some(".git/worktrees/*/commondir"));
     }
 
     #[test]
@@ -311,7 +326,7 @@ mod tests {
 
     #[test]
     fn bad_entries() {
-        for e in ["", "/etc/x", "../x", "a/../b", "./a", "a//b"] {
+        for e in ["", "/etc/x", "../x", "a/../b", "./a", "a//b", "a/./b", "a/.", ".git/./hooks"] {
             assert!(Protection::new([e.to_string()]).is_err(), "{e:?}");
         }
     }

@@ -15,7 +15,7 @@ use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::{ApprovalMode, Approver};
 use workcell::tools::service::{Caller, ToolError, ToolService};
 
-const CONFIG: &str = "sandbox:\n  zones:\n    repo: {path: ./repo, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
+const CONFIG: &str = "sandbox:\n  protect: ['build/*.sh']\n  zones:\n    repo: {path: ./repo, mode: rw, approval: {write: preApproved, delete: preApproved}}\n";
 const CONFIG_TEXT: &str = "[core]\n\trepositoryformatversion = 0\n";
 const HOOK_TEXT: &str = "#!/bin/sh\nexit 0\n";
 
@@ -103,15 +103,23 @@ fn protected_paths_are_refused_at_any_depth() {
         ("/repo/new/.git/config", ".git/config"),
         ("/repo/home/.bashrc", ".bashrc"),
         ("/repo/sub/.git2/x/.git", ".git"),
+        // Entries with wildcards (matched by globs, not by names), a user's among them.
+        ("/repo/.git/modules/s/hooks/pre-commit", ".git/modules/**/hooks"),
+        ("/repo/sub/.git/modules/s/t/config", ".git/modules/**/config"),
+        ("/repo/.git/worktrees/w/commondir", ".git/worktrees/*/commondir"),
+        ("/repo/deep/build/run.sh", "build/*.sh"),
+        ("/repo/a/b/.bashrc", ".bashrc"),
         // A case-insensitive file system (macOS) takes these for `.git/config`, `.vscode`.
         ("/repo/.git/CONFIG", ".git/config"),
         ("/repo/.Git/Hooks/pre-commit", ".git/hooks"),
         ("/repo/.VSCode/tasks.json", ".vscode"),
+        ("/repo/.Git/Modules/S/Hooks/x", ".git/modules/**/hooks"),
+        ("/repo/.GIT/worktrees/W/COMMONDIR", ".git/worktrees/*/commondir"),
     ] {
         assert_refused(&service, &repo, "write_file", json!({"path": path, "content": "[core]\n\tfsmonitor = touch /tmp/pwned\n"}), entry);
     }
     // Nothing was created on the way: no `new/`, `deep/`, `home/`.
-    for p in ["new", "deep", "home", "sub/.git2"] {
+    for p in ["new", "deep", "home", "sub/.git2", "a", ".git/modules", ".git/worktrees", "sub/.git/modules"] {
         assert!(!repo.join(p).exists(), "{p} was not created");
     }
     assert_refused(&service, &repo, "edit_file", json!({"path": "/repo/.git/config", "old_text": "= 0", "new_text": "= 0\n\tfsmonitor = x"}), ".git/config");

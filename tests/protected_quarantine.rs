@@ -151,6 +151,41 @@ mod body {
         assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "{}", String::from_utf8_lossy(&o.stderr));
     }
 
+    /// A checkout zone (its repository's hooks bound read-only) and entries with wildcards,
+    /// a user's `protect:` among them: these are matched by globs, not by names, and what
+    /// the worker makes under them is moved aside like the rest; the host's hook stays.
+    pub fn wildcard_entries_in_a_checkout(backend: &str) {
+        let s = Scratch::new();
+        std::fs::write(s.proj().join("workcell.yaml"), "sandbox:\n  protect: ['build/*.sh']\n  zones: {}\n").expect("config");
+        let out = s.zone("out");
+        let init = Command::new("git").args(["init", "-q"]).current_dir(&out).status().expect("git init");
+        assert!(init.success());
+        let hook = out.join(".git/hooks/post-checkout");
+        std::fs::write(&hook, "#!/bin/sh\nexit 0\n").expect("hook");
+        support::give_to_worker(&out);
+        let script = "cd /out; printf '#!/bin/sh\\ntouch /tmp/x\\n' > .git/hooks/post-checkout && echo WROTE:hook; \
+             mkdir -p .git/modules/sub/hooks .git/worktrees/w sub a/b x/build; echo evil > .git/modules/sub/hooks/pre-commit; \
+             echo /tmp > .git/worktrees/w/commondir; echo evil > sub/.envrc; echo evil > a/b/.bashrc; echo evil > x/build/run.sh; \
+             echo ok > x/build/run.txt; echo done";
+        let o = s.run(backend, &["--zone", "out=./out:rw", "--", "sh", "-c", script]);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stdout.contains("done") && !stdout.contains("WROTE:"), "the bound hook was written: {stdout}");
+        assert_eq!(std::fs::read_to_string(&hook).expect("hook"), "#!/bin/sh\nexit 0\n", "the host's hook changed");
+        for (planted, moved) in [
+            (".git/modules/sub/hooks/pre-commit", ".git/modules/sub/hooks"),
+            (".git/worktrees/w/commondir", ".git/worktrees/w/commondir"),
+            ("sub/.envrc", "sub/.envrc"),
+            ("a/b/.bashrc", "a/b/.bashrc"),
+            ("x/build/run.sh", "x/build/run.sh"),
+        ] {
+            assert!(out.join(planted).symlink_metadata().is_err(), "{planted} stayed in place");
+            assert!(stderr.contains(&format!("moved aside {moved} in ")), "stderr names {moved}: {stderr}");
+        }
+        assert_eq!(std::fs::read_to_string(out.join("x/build/run.txt")).expect("kept"), "ok\n", "what no entry covers stays");
+        s.outside_unchanged();
+    }
+
     pub fn an_existing_repository_stays_and_the_worker_commits(backend: &str) {
         let s = Scratch::new();
         let out = s.zone("out");
@@ -247,6 +282,13 @@ macro_rules! backend_suite {
             fn planted_files_are_moved_aside() {
                 if support::backend_ready(BACKEND) {
                     body::planted_files_are_moved_aside(BACKEND);
+                }
+            }
+
+            #[test]
+            fn wildcard_entries_in_a_checkout() {
+                if support::backend_ready(BACKEND) {
+                    body::wildcard_entries_in_a_checkout(BACKEND);
                 }
             }
 

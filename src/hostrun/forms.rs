@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -83,8 +84,10 @@ impl Forms {
 
     /// The `(entry, part)` of every form `path` matches.
     pub(super) fn matches(&self, path: &Path) -> Vec<(usize, Part)> {
-        let comps: Vec<&OsStr> = path.iter().collect();
-        let keyed = path.file_name().and_then(|last| self.by_last.get(last)).map_or(&[][..], Vec::as_slice);
+        // The text split at each `/`, empty and `.` names kept: a glob reads the text so
+        // (`*` matches the empty name of `x//y`), and so must these forms.
+        let comps: Vec<&OsStr> = path.as_os_str().as_bytes().split(|b| *b == b'/').map(OsStr::from_bytes).collect();
+        let keyed = comps.last().and_then(|last| self.by_last.get(*last)).map_or(&[][..], Vec::as_slice);
         let mut hits: Vec<(usize, Part)> =
             keyed.iter().chain(&self.open_ended).filter(|f| (0..=comps.len()).any(|k| fits(&f.segs, &comps[k..]))).map(|f| (f.entry, f.part)).collect();
         if !self.owners.is_empty() {
