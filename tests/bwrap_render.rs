@@ -72,7 +72,7 @@ fn bwrap_argv_derived_child() {
 fn bwrap_argv_tty_and_old_bwrap() {
     let f = Fixture::new(ZONES, &[]);
     let plan = f.plan(None, Overrides { tty: true, interactive: true, ..Overrides::default() });
-    let text = argv_text(&f, &plan, bwrap::BwrapFeatures { tmpfs_size: false, disable_userns: false });
+    let text = argv_text(&f, &plan, bwrap::BwrapFeatures { tmpfs_size: false, disable_userns: false, perms: false });
     assert!(!text.contains("--new-session"), "a TTY run keeps the terminal as controlling terminal");
     insta::assert_snapshot!(text);
 }
@@ -107,8 +107,9 @@ fn bwrap_argv_remounts_root_read_only_after_every_mount() {
         bwrap::render_argv_passed(&plan, Path::new("/usr/bin/bwrap"), Default::default(), &passed).iter().map(|w| w.to_string_lossy().into_owned()).collect();
     let at = |words: &[&str]| argv.windows(words.len()).position(|w| w == words).unwrap_or_else(|| panic!("{words:?} missing in {argv:?}"));
     let remount = at(&["--remount-ro", "/"]);
-    assert!(at(&["--ro-bind-data", "7", "/etc/passwd"]) < remount);
-    assert!(at(&["--ro-bind-data", "8", "/etc/group"]) < remount);
+    for (fd, path) in [("7", "/etc/passwd"), ("8", "/etc/group"), ("10", "/etc/hosts"), ("11", "/etc/nsswitch.conf")] {
+        assert!(at(&["--perms", "0644", "--file", fd, path]) < remount);
+    }
     let mounting = ["--bind", "--ro-bind", "--ro-bind-try", "--bind-fd", "--ro-bind-fd", "--tmpfs", "--symlink", "--proc", "--dev", "--dir", "--file"];
     assert!(!argv[remount + 2..].iter().any(|w| mounting.contains(&w.as_str())), "a mount after the remount: {argv:?}");
 }

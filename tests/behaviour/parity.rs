@@ -9,7 +9,9 @@ pub fn root_is_read_only(backend: &str) {
     let s = Scratch::new();
     let zone = s.mkdir("out");
     let script = "mount -o remount,rw / 2>/dev/null; \
-        for p in /etc/f /f /usr/x /etc/passwd /newdir/x; do mkdir -p /newdir 2>/dev/null; if echo x > $p; then echo WROTE:$p; fi; done; \
+        for p in /etc/f /f /usr/x /etc/passwd /etc/group /etc/hosts /etc/nsswitch.conf /newdir/x; do mkdir -p /newdir 2>/dev/null; if echo x > $p; then echo WROTE:$p; fi; done; \
+        for p in /etc/passwd /etc/hosts; do [ -w $p ] && echo WROTE:w$p; chmod 0666 $p 2>/dev/null && echo WROTE:chmod$p; \
+          mv $p /etc/moved 2>/dev/null && echo WROTE:mv$p; rm -f $p 2>/dev/null; [ -e $p ] || echo WROTE:rm$p; done; \
         echo tmp > /tmp/x && cat /tmp/x; echo zone > /out/x; exit 0";
     let out = run(backend, &s.root, &["--zone", "out=./out:rw", "--", "sh", "-c", script]);
     assert_eq!(out.status.code(), Some(0));

@@ -150,7 +150,7 @@ fn hosts_for(plan: &LaunchPlan) -> String {
     text
 }
 
-/// A pipe's read end holding `text` (close-on-exec until passed on), for `--ro-bind-data`:
+/// A pipe's read end holding `text` (close-on-exec until passed on), for `--file`:
 /// bwrap reads it to the end at setup. The text is a few hundred bytes, far below a pipe's
 /// capacity, so writing it all before bwrap starts cannot block.
 fn data_fd(text: &str) -> std::io::Result<OwnedFd> {

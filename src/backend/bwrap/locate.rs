@@ -78,11 +78,11 @@ fn locate_uncached() -> Result<Located, Unavailable> {
 fn detect_features(path: &Path) -> std::io::Result<BwrapFeatures> {
     const MAX_SCAN: u64 = 16 << 20;
     let found = match std::fs::metadata(path) {
-        Ok(m) if m.len() <= MAX_SCAN => file_contains(path, &[b"--unshare-all", b"--size", b"--disable-userns"]).ok(),
+        Ok(m) if m.len() <= MAX_SCAN => file_contains(path, &[b"--unshare-all", b"--size", b"--disable-userns", b"--perms"]).ok(),
         _ => None,
     };
-    if let Some(&[true, tmpfs_size, disable_userns]) = found.as_deref() {
-        return Ok(BwrapFeatures { tmpfs_size, disable_userns });
+    if let Some(&[true, tmpfs_size, disable_userns, perms]) = found.as_deref() {
+        return Ok(BwrapFeatures { tmpfs_size, disable_userns, perms });
     }
     let help = Command::new(path).arg("--help").stdin(Stdio::null()).stderr(Stdio::null()).output()?.stdout;
     Ok(BwrapFeatures::from_usage(&help))
