@@ -115,6 +115,9 @@ pub struct Protection {
     /// beneath an entry have no form of their own (`**/E/**` made the glob set's regexes
     /// several times larger): [`Protection::matches`] looks at each ancestor instead.
     forms: Arc<forms::Forms>,
+    /// The same entries in lower case, for [`Protection::matches_any_case`]; built on first
+    /// use and shared by clones. Holds `None` when every entry is lower case already.
+    folded: Arc<std::sync::OnceLock<Option<forms::Forms>>>,
 }
 
 /// What part of an entry a form matches.
@@ -172,7 +175,7 @@ impl Protection {
             }
         }
         let forms = forms::Forms::build(all).map_err(|bad| EntryError::BadPattern { entry: kept[bad.entry].clone(), reason: bad.reason })?;
-        Ok(Protection { entries: kept, forms: Arc::new(forms) })
+        Ok(Protection { entries: kept, forms: Arc::new(forms), folded: Arc::default() })
     }
 
     /// The defaults plus `added`.
@@ -201,6 +204,36 @@ impl Protection {
     /// the file system has it), when one does: `rel` is a protected path or lies beneath one.
     /// `kind` is what the last component of `rel` is.
     pub fn matches(&self, rel: &Path, kind: Kind) -> Option<&str> {
+        self.matches_in(&self.forms, rel, kind)
+    }
+
+    /// Like [`Protection::matches`], in any case: `rel` and the entries both in lower case.
+    /// On a case-insensitive file system (macOS; a casefolded Linux directory) `.GIT/HOOKS`
+    /// is `.git/hooks`, and an entry `Makefile` covers `MAKEFILE`; elsewhere the extra
+    /// refusals cost little (make reads `makefile` as well as `Makefile`).
+    pub fn matches_any_case(&self, rel: &Path, kind: Kind) -> Option<&str> {
+        self.matches(rel, kind).or_else(|| {
+            let lower = match rel.to_str() {
+                Some(text) => text.to_lowercase().into_bytes(),
+                None => rel.as_os_str().as_bytes().to_ascii_lowercase(),
+            };
+            let folded = self.folded.get_or_init(|| self.fold()).as_ref().unwrap_or(&self.forms);
+            self.matches_in(folded, Path::new(OsStr::from_bytes(&lower)), kind)
+        })
+    }
+
+    /// The forms of the entries in lower case (in the same order, so an index names the
+    /// entry as written), when one has an upper-case letter and the lower-case set is still
+    /// valid (a range `[Z-a]` is not); otherwise the entries' own forms serve.
+    fn fold(&self) -> Option<forms::Forms> {
+        if !self.entries.iter().any(|e| e.chars().any(char::is_uppercase)) {
+            return None;
+        }
+        let folded = Protection::build(self.entries.iter().map(|e| e.to_lowercase()).collect()).ok()?;
+        Arc::into_inner(folded.forms)
+    }
+
+    fn matches_in(&self, forms: &forms::Forms, rel: &Path, kind: Kind) -> Option<&str> {
         let text = rel.as_os_str().as_bytes();
         if text.is_empty() {
             return None;
@@ -214,7 +247,7 @@ impl Protection {
         for end in std::iter::once(text.len()).chain(slashes).filter(|&end| end > 0) {
             let path = Path::new(OsStr::from_bytes(&text[..end]));
             let beneath = end < text.len();
-            for (entry, part) in self.forms.matches(path) {
+            for (entry, part) in forms.matches(path) {
                 // `.git` itself counts only when it is not a directory; paths beneath a `.git`
                 // directory are judged by the other entries.
                 if self.entries[entry] == GIT_POINTER && (beneath || kind == Kind::Dir) {
@@ -257,6 +290,27 @@ mod tests {
 
     fn m(p: &Protection, rel: &str, kind: Kind) -> Option<String> {
         p.matches(Path::new(rel), kind).map(str::to_string)
+    }
+
+    #[test]
+    fn any_case_folds_the_path_and_the_entries() {
+        let p = Protection::with_added(&["Makefile".into(), "build/*.SH".into()]).expect("entries");
+        let any = |rel: &str, kind| p.matches_any_case(Path::new(rel), kind).map(str::to_string);
+        assert_eq!(m(&p, "MAKEFILE", Kind::Other), None, "as written, only the entry's own case");
+        assert_eq!(any("MAKEFILE", Kind::Other).as_deref(), Some("Makefile"));
+        assert_eq!(any("sub/makefile", Kind::Other).as_deref(), Some("Makefile"));
+        assert_eq!(any("x/Build/run.sh", Kind::Other).as_deref(), Some("build/*.SH"));
+        assert_eq!(any(".GIT/Hooks/pre-commit", Kind::Other).as_deref(), Some(".git/hooks"));
+        assert_eq!(any(".Envrc", Kind::Other).as_deref(), Some(".envrc"));
+        assert_eq!(any("Makefile.txt", Kind::Other), None);
+        // The defaults alone are lower case: no folded copy is built for them.
+        let d = Protection::default();
+        assert_eq!(d.matches_any_case(Path::new(".GIT/CONFIG"), Kind::Other), Some(".git/config"));
+        assert!(d.folded.get().is_some_and(Option::is_none));
+        // A lower case that is no valid pattern keeps the entries as written.
+        let r = Protection::with_added(&["[Z-a]x".into()]).expect("valid as written");
+        assert_eq!(r.matches_any_case(Path::new("ZX"), Kind::Other), None);
+        assert_eq!(r.matches_any_case(Path::new(".BASHRC"), Kind::Other), Some(".bashrc"));
     }
 
     #[test]

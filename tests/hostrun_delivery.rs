@@ -162,3 +162,50 @@ fn text_summary_names_withheld_files() {
     assert!(err.contains("unprotect: ['.git/hooks']"), "{err}");
     assert!(err.contains("refused   .git/hooks/pre-push: deleted in the worker's copy"), "{err}");
 }
+
+/// A user's entries, with capitals and a wildcard, and the entries in another case: what the
+/// worker makes under them in its copy is withheld, by the entry that covers it.
+fn user_entries_in_any_case_are_withheld(backend: &str) {
+    if !support::backend_ready(backend) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let proj = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
+    std::fs::create_dir_all(proj.join("out")).expect("mkdir");
+    support::write_project(
+        &proj,
+        "sandbox:\n  protect: [Makefile, 'build/*.sh']\n  zones:\n    out: {path: ./out, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}\n",
+        &[],
+    );
+    support::give_to_worker(&proj);
+    let script = "set -e; cd /out; echo evil > MAKEFILE; mkdir -p x/Build .GIT/Hooks; echo evil > x/Build/run.SH; \
+                  echo evil > .GIT/Hooks/pre-commit; echo fine > notes.md; echo WORKER-DONE";
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+        .current_dir(&proj)
+        .env_remove("RUST_LOG")
+        .args(["run", "--backend", backend, "--json", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("workcell");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "withheld files: the held-back status; {err}");
+    let line = err.lines().find(|l| l.starts_with("{\"delivery\"")).unwrap_or_else(|| panic!("no delivery summary in: {err}"));
+    let summary = serde_json::from_str::<Value>(line).expect("json")["delivery"].clone();
+    let refused = summary["refused"].as_array().expect("refused");
+    for (path, entry) in [("MAKEFILE", "Makefile"), ("x/Build/run.SH", "build/*.sh"), (".GIT/Hooks/", ".git/hooks")] {
+        let r = refused.iter().find(|r| r["path"] == path).unwrap_or_else(|| panic!("{path} not named in {summary}"));
+        assert_eq!(r["entry"].as_str(), Some(entry), "{r}");
+        assert!(!proj.join("out").join(path).exists(), "{path} published");
+    }
+    assert_eq!(std::fs::read_to_string(proj.join("out/notes.md")).expect("published"), "fine\n");
+}
+
+#[test]
+fn user_entries_in_any_case_are_withheld_bwrap() {
+    user_entries_in_any_case_are_withheld("bwrap");
+}
+
+#[test]
+fn user_entries_in_any_case_are_withheld_docker() {
+    user_entries_in_any_case_are_withheld("docker");
+}

@@ -186,6 +186,31 @@ mod body {
         s.outside_unchanged();
     }
 
+    /// On a case-insensitive file system `.GIT/hooks` is git's `.git/hooks` and `MAKEFILE`
+    /// the `Makefile` make runs: what a worker makes under another case of an entry (a
+    /// user's `protect:` entry with capitals too) is moved aside like the entry itself.
+    pub fn other_cases_of_entries(backend: &str) {
+        let s = Scratch::new();
+        std::fs::write(s.proj().join("workcell.yaml"), "sandbox:\n  protect: [Makefile]\n  zones: {}\n").expect("config");
+        let out = s.zone("out");
+        // The host's own file in another case is bound read-only for the run, like `Makefile`.
+        std::fs::write(out.join("MAKEFILE"), "host\n").expect("host file");
+        support::give_to_worker(&out);
+        let script = "cd /out; mkdir -p .GIT/Hooks sub; echo evil > .GIT/Hooks/pre-commit; echo evil > MAKEFILE && echo WROTE; \
+             echo evil > sub/makefile; echo evil > .BashRC; echo ok > Makefile.txt; echo done";
+        let o = s.run(backend, &["--zone", "out=./out:rw", "--", "sh", "-c", script]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(stdout.contains("done") && !stdout.contains("WROTE"), "the host's MAKEFILE was written: {stdout} {stderr}");
+        assert_eq!(std::fs::read_to_string(out.join("MAKEFILE")).expect("kept"), "host\n");
+        for (planted, moved) in [(".GIT/Hooks/pre-commit", ".GIT/Hooks"), ("sub/makefile", "sub/makefile"), (".BashRC", ".BashRC")] {
+            assert!(out.join(planted).symlink_metadata().is_err(), "{planted} stayed in place");
+            assert!(stderr.contains(&format!("moved aside {moved} in ")), "stderr names {moved}: {stderr}");
+        }
+        assert_eq!(std::fs::read_to_string(out.join("Makefile.txt")).expect("kept"), "ok\n", "what no entry covers stays");
+        s.outside_unchanged();
+    }
+
     pub fn an_existing_repository_stays_and_the_worker_commits(backend: &str) {
         let s = Scratch::new();
         let out = s.zone("out");
@@ -289,6 +314,13 @@ macro_rules! backend_suite {
             fn wildcard_entries_in_a_checkout() {
                 if support::backend_ready(BACKEND) {
                     body::wildcard_entries_in_a_checkout(BACKEND);
+                }
+            }
+
+            #[test]
+            fn other_cases_of_entries() {
+                if support::backend_ready(BACKEND) {
+                    body::other_cases_of_entries(BACKEND);
                 }
             }
 

@@ -196,7 +196,7 @@ impl Changes {
                 let last = i + 1 == path.len();
                 judged.push(if !last && is_git(&path[..=i]) { ".git" } else { c.as_str() });
             }
-            crate::sandbox::matches_any_case(protection, &judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
+            protection.matches_any_case(&judged, if dir { Kind::Dir } else { Kind::Other }).map(str::to_string)
         };
         // What makes a directory a git directory (`HEAD`, `commondir`, `objects/`), new here,
         // in one that is not a git directory on the host but holds config or hooks there

@@ -246,7 +246,7 @@ impl Sweep<'_> {
                 _ => Kind::Other,
             };
             loop {
-                if let Some(entry) = self.area.protection.matches(Path::new(OsStr::from_bytes(&rel[self.base_len..])), kind) {
+                if let Some(entry) = self.area.protection.matches_any_case(Path::new(OsStr::from_bytes(&rel[self.base_len..])), kind) {
                     if !self.was_bound(parent, name) {
                         let entry = entry.to_string();
                         self.neutralise(parent, name, &rel, Why::Protected { entry });
@@ -394,7 +394,7 @@ impl Sweep<'_> {
         self.next += 1;
         let to = format!("{DIR}/{}/{moved}", self.run_id);
         // An added entry could match the quarantine's own names (`*`): such a name is not used.
-        if [Kind::Dir, Kind::Other].iter().any(|k| self.area.protection.matches(Path::new(&to), *k).is_some()) {
+        if [Kind::Dir, Kind::Other].iter().any(|k| self.area.protection.matches_any_case(Path::new(&to), *k).is_some()) {
             return Err(io::Error::other(format!("{to} would itself be protected")));
         }
         let moved = CString::new(moved).map_err(io::Error::other)?;

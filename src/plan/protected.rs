@@ -217,7 +217,7 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
                 (b"refs", true) => 4,
                 _ => 0,
             };
-            if let Some(entry) = protection.matches(&path, if is_dir { Kind::Dir } else { Kind::Other }) {
+            if let Some(entry) = protection.matches_any_case(&path, if is_dir { Kind::Dir } else { Kind::Other }) {
                 found.push((path, entry.to_string()));
                 continue;
             }

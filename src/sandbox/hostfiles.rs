@@ -250,7 +250,7 @@ impl Sandbox {
             judged.push(b);
         }
         judged.push(name);
-        if let Some(entry) = matches_any_case(&m.protection, &judged, Kind::Other) {
+        if let Some(entry) = m.protection.matches_any_case(&judged, Kind::Other) {
             let mut tail: Vec<&str> = between.iter().map(String::as_str).collect();
             tail.push(name);
             return Err(refuse(entry, shown_physical(&tail)));
@@ -280,15 +280,6 @@ impl Sandbox {
         let area = self.writable_area(&vp, path)?;
         self.refuse_hostrun_path(area, &vp, "write", path)
     }
-}
-
-/// The entry that covers `judged` as written or in lower case: on a case-insensitive file
-/// system (macOS) `.Git/CONFIG` is `.git/config`; elsewhere refusing it costs nothing.
-pub(crate) fn matches_any_case<'a>(protection: &'a crate::hostrun::Protection, judged: &std::path::Path, kind: Kind) -> Option<&'a str> {
-    protection.matches(judged, kind).or_else(|| {
-        let lower = judged.to_string_lossy().to_lowercase();
-        protection.matches(std::path::Path::new(&lower), kind)
-    })
 }
 
 /// A physical path as shown in a message: its last 300 bytes at most.

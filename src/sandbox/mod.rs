@@ -17,7 +17,6 @@ mod expand;
 mod grant;
 pub mod hostdir;
 mod hostfiles;
-pub(crate) use hostfiles::matches_any_case;
 mod io;
 mod links;
 mod listing;
