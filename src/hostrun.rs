@@ -213,12 +213,18 @@ impl Protection {
     /// refusals cost little (make reads `makefile` as well as `Makefile`).
     pub fn matches_any_case(&self, rel: &Path, kind: Kind) -> Option<&str> {
         self.matches(rel, kind).or_else(|| {
+            let folded = self.folded.get_or_init(|| self.fold()).as_ref();
+            // A path in lower case already, against entries in lower case: the answer stands
+            // (most paths; the zone walks at launch and after the run look at every one).
+            let text = rel.as_os_str().as_bytes();
+            if folded.is_none() && !text.iter().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) {
+                return None;
+            }
             let lower = match rel.to_str() {
                 Some(text) => text.to_lowercase().into_bytes(),
                 None => rel.as_os_str().as_bytes().to_ascii_lowercase(),
             };
-            let folded = self.folded.get_or_init(|| self.fold()).as_ref().unwrap_or(&self.forms);
-            self.matches_in(folded, Path::new(OsStr::from_bytes(&lower)), kind)
+            self.matches_in(folded.unwrap_or(&self.forms), Path::new(OsStr::from_bytes(&lower)), kind)
         })
     }
 
