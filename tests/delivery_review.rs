@@ -68,8 +68,9 @@ impl Scratch {
     }
 
     fn run_driver(&self, ahead: &str, answers: &[&str], argv: &[&str]) -> Value {
+        assert!(support::python_ready(&["pyte"]), "pyte (the terminal emulator that reads the screen) is required");
         let driver = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_review.py");
-        let out = Command::new("python3")
+        let out = Command::new(support::python())
             .arg(driver)
             .arg(serde_json::to_string(answers).unwrap())
             .args(argv)
@@ -79,7 +80,7 @@ impl Scratch {
             .stdin(Stdio::null())
             .output()
             .expect("run pty_review.py");
-        assert!(out.status.success(), "pty_review.py failed (pip install pyte?): {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "pty_review.py failed: {}", String::from_utf8_lossy(&out.stderr));
         let report: Value = serde_json::from_slice(&out.stdout).expect("pty_review.py prints JSON");
         eprintln!("exit {}\nterminal:\n{}", report["exit"], report["output"].as_str().unwrap_or_default());
         report

@@ -149,15 +149,9 @@ fn broker_refuses_planted_files_docker() {
     broker_refuses_planted_files("docker");
 }
 
-fn python_has_mcp() -> bool {
-    Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success())
-}
-
 #[test]
 fn mcp_refuses_planted_files() {
-    if !python_has_mcp() {
-        assert!(std::env::var_os("CI").is_none(), "the mcp Python package is required in CI (.ci/run installs it)");
-        eprintln!("skipped: python3 -c 'import mcp' failed; pip install mcp");
+    if !support::python_ready(&["mcp"]) {
         return;
     }
     let r = Repo::new();
@@ -169,7 +163,7 @@ fn mcp_refuses_planted_files() {
     let before = r.protected_state();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_calls.py");
     let launch = json!([env!("CARGO_BIN_EXE_workcell")]).to_string();
-    let child = Command::new("python3")
+    let child = Command::new(support::python())
         .arg(script)
         .arg(launch)
         .arg(&r.proj)

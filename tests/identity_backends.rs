@@ -48,8 +48,16 @@ fn project(zone_opts: &str) -> (tempfile::TempDir, PathBuf) {
 /// The MCP calls `calls` against `workcell mcp` in `dir`, started through `launch` (the
 /// binary, or `setpriv … binary`): one `{error, text}` per call.
 fn mcp(launch: &[String], dir: &Path, backend: &str, calls: Value) -> Vec<Value> {
+    assert!(support::python_ready(&["mcp"]), "the mcp Python package is required");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_calls.py");
-    let out = Command::new("python3").arg(script).arg(json!(launch).to_string()).arg(dir).arg(backend).arg(calls.to_string()).output().expect("python client");
+    let out = Command::new(support::python())
+        .arg(script)
+        .arg(json!(launch).to_string())
+        .arg(dir)
+        .arg(backend)
+        .arg(calls.to_string())
+        .output()
+        .expect("python client");
     assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice::<Vec<Value>>(&out.stdout).expect("JSON")
 }

@@ -342,17 +342,12 @@ fn schema_has_the_kubernetes_section() {
 
 /// Whether `kubernetes-validate` can be imported; in CI it must be.
 fn validator_ready() -> bool {
-    let ok = StdCommand::new("python3").args(["-c", "import kubernetes_validate"]).status().is_ok_and(|s| s.success());
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "the kubernetes-validate Python package is required in CI (.ci/run installs it)");
-        eprintln!("skipped: python3 -c 'import kubernetes_validate' failed; pip install kubernetes-validate");
-    }
-    ok
+    support::python_ready(&["kubernetes_validate", "yaml"])
 }
 
 /// Runs `kubernetes-validate --strict` on `file` for every version; its output on failure.
 fn validate(file: &Path) -> Result<(), String> {
-    let mut cmd = StdCommand::new("python3");
+    let mut cmd = StdCommand::new(support::python());
     cmd.args(["-m", "kubernetes_validate", "--strict"]);
     for v in VERSIONS {
         cmd.args(["-k", v]);
@@ -450,7 +445,7 @@ fn yaml_reads_back_as_rendered() {
     // Two renders, two run ids: the YAML's (named in its header) becomes the List's.
     let yaml_id = yaml.split("job/workcell-y-").nth(1).expect("job name in the header")[..16].to_string();
     let yaml = yaml.replace(&yaml_id, &run_id(&list));
-    let out = StdCommand::new("python3")
+    let out = StdCommand::new(support::python())
         .args(["-c", "import sys, json, yaml; print(json.dumps([d for d in yaml.safe_load_all(sys.stdin) if d is not None]))"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

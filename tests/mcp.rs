@@ -1,6 +1,6 @@
-//! `workcell mcp` driven by the official MCP Python SDK (installed by .ci/run): initialise,
-//! list tools, read/write/list within zones, a refused traversal, and a shell command that
-//! runs inside the bwrap sandbox. Audit lines are asserted for each.
+//! `workcell mcp` driven by the official MCP Python SDK (installed by `bash .ci/test`):
+//! initialise, list tools, read/write/list within zones, a refused traversal, and a shell
+//! command that runs inside the bwrap sandbox. Audit lines are asserted for each.
 
 use std::path::Path;
 use std::process::Command;
@@ -8,10 +8,6 @@ use std::process::Command;
 use serde_json::Value;
 
 mod support;
-
-fn python_has_mcp() -> bool {
-    Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success())
-}
 
 fn project() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -32,14 +28,13 @@ fn project() -> tempfile::TempDir {
 
 #[test]
 fn mcp_python_sdk_drives_the_sandboxed_tools() {
-    if !python_has_mcp() {
-        assert!(std::env::var_os("CI").is_none(), "the mcp Python package is required in CI (.ci/run installs it)");
-        eprintln!("skipped: python3 -c 'import mcp' failed; pip install mcp");
+    if !support::python_ready(&["mcp"]) {
         return;
     }
     let tmp = project();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let out = Command::new("python3").arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(tmp.path()).arg("bwrap").output().expect("run the python client");
+    let out =
+        Command::new(support::python()).arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(tmp.path()).arg("bwrap").output().expect("run the python client");
     assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: Value = serde_json::from_slice(&out.stdout).expect("client output is JSON");
 

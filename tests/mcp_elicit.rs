@@ -46,9 +46,9 @@ fn project() -> tempfile::TempDir {
 /// Runs the client against `workcell mcp --backend BACKEND EXTRA…` in `dir`; `answers` as
 /// tests/mcp_elicit.py takes them (`null`: a client without elicitation).
 fn session(dir: &Path, backend: &str, extra: &[&str], answers: Value, calls: Value) -> Value {
-    assert!(Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success()), "the mcp Python package is required (.ci/run installs it)");
+    assert!(support::python_ready(&["mcp"]), "the mcp Python package is required");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_elicit.py");
-    let mut cmd = Command::new("python3");
+    let mut cmd = Command::new(support::python());
     cmd.arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(dir).arg(backend).arg(json!(extra).to_string()).arg(answers.to_string()).arg(calls.to_string());
     // SAFETY: setsid is async-signal-safe; nothing else runs between fork and exec.
     unsafe {

@@ -26,12 +26,10 @@ const ZONES: &str = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n   
 
 /// Runs tests/mcp_identity.py against a `workcell mcp` in `dir`.
 fn identity(dir: &Path, backend: &str, extra: &[&str]) -> Value {
-    assert!(
-        Command::new("python3").args(["-c", "import mcp, jsonschema"]).status().is_ok_and(|s| s.success()),
-        "the mcp Python package (with jsonschema) is required (.ci/run installs it)"
-    );
+    assert!(support::python_ready(&["mcp", "jsonschema"]), "the mcp Python package (with jsonschema) is required");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_identity.py");
-    let out = Command::new("python3").arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(dir).arg(backend).args(extra).output().expect("python client");
+    let out =
+        Command::new(support::python()).arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(dir).arg(backend).args(extra).output().expect("python client");
     assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("client output is JSON")
 }
@@ -177,6 +175,7 @@ fn base64_keeps_the_size_limit() {
     let tmp = project("sandbox:\n  zones:\n    out: {path: ./out, mode: rw, max_file_bytes: 100}\n");
     std::fs::write(tmp.path().join("out/big.bin"), [7u8; 101]).expect("write");
     support::give_to_worker(tmp.path());
+    assert!(support::python_ready(&["mcp"]), "the mcp Python package is required");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_calls.py");
     let calls = serde_json::json!([
         // 135 base64 digits and one pad: 101 bytes, one over the limit.
@@ -185,7 +184,7 @@ fn base64_keeps_the_size_limit() {
         ["write_file", {"path": "/out/ok.bin", "content": "AAEC", "encoding": "base64"}],
     ]);
     let launch = serde_json::json!([env!("CARGO_BIN_EXE_workcell")]).to_string();
-    let out = Command::new("python3").arg(script).arg(launch).arg(tmp.path()).arg("bwrap").arg(calls.to_string()).output().expect("python client");
+    let out = Command::new(support::python()).arg(script).arg(launch).arg(tmp.path()).arg("bwrap").arg(calls.to_string()).output().expect("python client");
     assert!(out.status.success(), "client failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: Vec<Value> = serde_json::from_slice(&out.stdout).expect("JSON");
     for (i, call) in r.iter().take(2).enumerate() {

@@ -24,9 +24,9 @@ fn project() -> tempfile::TempDir {
 }
 
 fn client(dir: &Path, backend: &str, mode: &str) -> Command {
-    assert!(Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|s| s.success()), "the mcp Python package is required (.ci/run installs it)");
+    assert!(support::python_ready(&["mcp"]), "the mcp Python package is required");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_session.py");
-    let mut c = Command::new("python3");
+    let mut c = Command::new(support::python());
     c.arg(script).arg(env!("CARGO_BIN_EXE_workcell")).arg(dir).arg(backend).arg(mode).arg("--approve-all");
     c
 }

@@ -265,8 +265,7 @@ mod body {
     pub fn mcp_shell_calls_are_swept(backend: &str) {
         // `workcell mcp` takes no --runtime: under gVisor the body runs on plain docker.
         let backend = backend.split('+').next().unwrap_or(backend);
-        if !Command::new("python3").args(["-c", "import mcp"]).status().is_ok_and(|st| st.success()) {
-            assert!(std::env::var_os("CI").is_none(), "the mcp Python package is required in CI");
+        if !support::python_ready(&["mcp"]) {
             return;
         }
         let s = Scratch::new();
@@ -286,7 +285,7 @@ mod body {
             bin = env!("CARGO_BIN_EXE_workcell"),
             cwd = s.proj().display().to_string(),
         );
-        let o = Command::new("python3").arg("-c").arg(&client).output().expect("python");
+        let o = Command::new(support::python()).arg("-c").arg(&client).output().expect("python");
         assert!(o.status.success(), "client: {}", String::from_utf8_lossy(&o.stderr));
         let v: Value = serde_json::from_slice(&o.stdout).expect("json");
         let text = v["text"].as_str().unwrap_or("");

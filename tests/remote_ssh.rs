@@ -10,7 +10,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::{Child, Command as StdCommand, Stdio};
 use std::time::{Duration, Instant};
 
@@ -103,16 +102,17 @@ fn ssh_ready() -> bool {
     if !backend_ready("docker") {
         return false;
     }
-    let have = ["/usr/sbin/sshd", "/usr/bin/ssh", "/usr/bin/ssh-agent"].iter().all(|p| Path::new(p).exists());
-    let port_free = std::net::TcpStream::connect((ADDRESS, 22)).is_err();
-    if have && port_free {
+    let have = support::program_ready("/usr/sbin/sshd", "openssh-server")
+        && support::program_ready("/usr/bin/ssh", "openssh-client")
+        && support::program_ready("/usr/bin/ssh-agent", "openssh-client");
+    if !have {
+        return false;
+    }
+    if std::net::TcpStream::connect((ADDRESS, 22)).is_err() {
         return true;
     }
-    assert!(
-        std::env::var("WORKCELL_REQUIRE_DOCKER").as_deref() != Ok("1"),
-        "WORKCELL_REQUIRE_DOCKER=1 but the ssh test cannot run: openssh-server/client missing (apt-get install openssh-server openssh-client) or {ADDRESS}:22 taken"
-    );
-    eprintln!("note: skipping the ssh test (openssh missing or {ADDRESS}:22 taken)");
+    assert!(std::env::var("WORKCELL_REQUIRE_DOCKER").as_deref() != Ok("1"), "WORKCELL_REQUIRE_DOCKER=1 but the ssh test cannot run: {ADDRESS}:22 is taken");
+    eprintln!("note: skipping the ssh test ({ADDRESS}:22 taken)");
     false
 }
 

@@ -110,16 +110,7 @@ fn tls_required() -> bool {
     if !backend_ready("docker") {
         return false;
     }
-    let have = |p: &str| StdCommand::new("sh").args(["-c", &format!("command -v {p}")]).output().is_ok_and(|o| o.status.success());
-    if have("stunnel") && have("openssl") {
-        return true;
-    }
-    assert!(
-        std::env::var("WORKCELL_REQUIRE_DOCKER").as_deref() != Ok("1"),
-        "WORKCELL_REQUIRE_DOCKER=1 but stunnel or openssl is missing (apt-get install stunnel4 openssl)"
-    );
-    eprintln!("note: skipping the TLS test: stunnel or openssl is missing");
-    false
+    support::program_ready("stunnel", "stunnel4") && support::program_ready("openssl", "openssl")
 }
 
 /// A CA, the engine's and a client's certificates in `dir`; the client's directory (for

@@ -263,3 +263,65 @@ fn a_child_worker_called_under_gvisor_runs_under_gvisor() {
         assert_eq!(e["runtime"], "runsc", "{e}");
     }
 }
+
+/// A stand-in Docker daemon on a unix socket in `dir`: `/_ping`, `/version`, and `/info`
+/// answering `runtimes` (`docker info`'s `Runtimes`); anything else is 404. One request per
+/// connection, closed after the answer. Serves until the test process ends.
+fn stand_in_daemon(dir: &Path, runtimes: serde_json::Value) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let path = dir.join("docker.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("bind the stand-in daemon");
+    let info = json!({"Runtimes": runtimes, "DefaultRuntime": "runc", "OSType": "linux"}).to_string();
+    let version = json!({"Version": "27.0.0", "ApiVersion": "1.45", "MinAPIVersion": "1.24", "Os": "linux", "Arch": "amd64"}).to_string();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut head = String::new();
+            let mut r = BufReader::new(s.try_clone().expect("clone"));
+            while r.read_line(&mut head).is_ok_and(|n| n > 0) && !head.ends_with("\r\n\r\n") {}
+            // `GET /v1.45/info HTTP/1.1`: the path without its API version.
+            let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let path = path.trim_start_matches("/v1.45").split('?').next().unwrap_or("/").to_string();
+            let (status, body) = match path.as_str() {
+                "/_ping" => ("200 OK", "OK".to_string()),
+                "/version" => ("200 OK", version.clone()),
+                "/info" => ("200 OK", info.clone()),
+                _ => ("404 Not Found", json!({"message": "not in the stand-in"}).to_string()),
+            };
+            let _ = write!(
+                s,
+                "HTTP/1.1 {status}\r\nApi-Version: 1.45\r\nServer: Docker/27.0.0 (linux)\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("unix://{}", path.display())
+}
+
+/// gVisor registered without `--host-uds=open` runs workers that cannot reach their broker:
+/// `doctor` names the runtime, what fails under it and the daemon.json fix; one registered
+/// with it gets no such line.
+#[test]
+fn doctor_names_a_gvisor_runtime_without_host_uds() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let runc = json!({"path": "runc"});
+    let without = stand_in_daemon(tmp.path(), json!({"runc": runc, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}}));
+    let doctor = |host: &str, json: bool| {
+        let mut c = assert_cmd::Command::cargo_bin("workcell").expect("binary");
+        c.current_dir(tmp.path()).env("DOCKER_HOST", host).env_remove("DOCKER_TLS_VERIFY").arg("doctor");
+        if json {
+            c.arg("--json");
+        }
+        String::from_utf8_lossy(&c.output().expect("workcell doctor").stdout).into_owned()
+    };
+    let text = doctor(&without, false);
+    let line = text.lines().find(|l| l.contains("--host-uds=open")).unwrap_or_else(|| panic!("no word of --host-uds:\n{text}"));
+    assert!(line.contains("`runsc`") && line.contains("cannot reach workcell's broker") && line.contains("daemon.json"), "{line}");
+    let v: serde_json::Value = serde_json::from_str(&doctor(&without, true)).expect("doctor --json");
+    assert_eq!(v["docker"]["runtimes"]["broker_unreachable"], json!(["runsc"]), "{v}");
+
+    let other = tempfile::tempdir().expect("tempdir");
+    let with = stand_in_daemon(other.path(), json!({"runc": runc, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--host-uds=open"]}}));
+    let text = doctor(&with, false);
+    assert!(text.contains("runtimes: runc (default), runsc"), "the stand-in answered: {text}");
+    assert!(!text.contains("cannot reach workcell's broker"), "{text}");
+}

@@ -121,6 +121,14 @@ fn print_docker(d: &DockerDiagnosis) {
         if !r.names.iter().any(|n| n == "runsc") {
             outln!("    gVisor (runsc) is not registered; to run workers under it, {}", crate::backend::docker::runtimes::install_hint("runsc"));
         }
+        for name in &r.broker_unreachable {
+            outln!(
+                "    {} gVisor's `{}` is registered without --host-uds=open: workers under it cannot reach workcell's broker (their tools and child workers fail); {}",
+                Role::Warning.out("warning:"),
+                escape(name),
+                crate::backend::docker::runtimes::host_uds_hint(&escape(name))
+            );
+        }
     }
     if let Some(e) = &d.runtimes_error {
         outln!("  runtimes: cannot be listed: {e}");

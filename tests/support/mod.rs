@@ -1,12 +1,17 @@
 //! Helpers shared by the integration tests (the one helper module: `mod support;`): the
 //! backend gate, projects in temp dirs, label-based container checks, and in submodules the
-//! sandbox-core fixture ([`fixture`]) and the plan-rendering fixture ([`render`]).
+//! sandbox-core fixture ([`fixture`]), the plan-rendering fixture ([`render`]) and the gate
+//! for host tools and the tests' Python ([`tools`]).
 #![allow(dead_code)]
 
 pub mod fixture;
 pub mod remote;
 pub mod render;
 pub mod servers;
+pub mod tools;
+
+#[allow(unused_imports)]
+pub use tools::{program_ready, python, python_ready};
 
 use std::path::{Path, PathBuf};
 use std::process::Command as StdCommand;
@@ -26,14 +31,9 @@ pub fn backend_ready(backend: &str) -> bool {
         "bwrap" => (workcell::backend::bwrap::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_BWRAP"),
         // "docker+pool": the docker backend starting warm from `workcell pool fill`.
         "docker" | "docker+pool" => (workcell::backend::docker::probe().map(|_| ()).map_err(|e| e.to_string()), "WORKCELL_REQUIRE_DOCKER"),
-        // The docker backend under gVisor: the daemon must list the runtime (`.ci/setup-runsc`).
-        "docker+runsc" => (
-            workcell::backend::docker::probe()
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-                .and_then(|_| workcell::backend::docker::runtimes::require("runsc").map_err(|e| e.to_string())),
-            "WORKCELL_REQUIRE_RUNSC",
-        ),
+        // The docker backend under gVisor: the daemon must list the runtime, with the host
+        // sockets open (the broker): `.ci/setup-runsc` registers it so.
+        "docker+runsc" => (workcell::backend::docker::probe().map(|_| ()).map_err(|e| e.to_string()).and_then(|_| runsc_probe()), "WORKCELL_REQUIRE_RUNSC"),
         // The docker backend against Podman's Docker-compatible service: the socket named by
         // WORKCELL_PODMAN_SOCKET becomes this test process's DOCKER_HOST (see `podman_probe`).
         "podman" => (podman_probe(), "WORKCELL_REQUIRE_PODMAN"),
@@ -53,6 +53,17 @@ pub fn backend_ready(backend: &str) -> bool {
     }
 }
 
+/// gVisor registered with the daemon so that a worker reaches its broker.
+fn runsc_probe() -> Result<(), String> {
+    use workcell::backend::docker::runtimes;
+    let listed = runtimes::current().map_err(|e| e.to_string())?;
+    runtimes::check(&listed, "runsc").map_err(|e| format!("{e} (`bash .ci/test` as root does: .ci/setup-runsc)"))?;
+    if listed.broker_unreachable.iter().any(|n| n == "runsc") {
+        return Err(format!("runsc is registered without --host-uds=open, so no worker under it reaches its broker: `.ci/setup-runsc` (run by `bash .ci/test` as root) registers it with it; or {}", runtimes::host_uds_hint("runsc")));
+    }
+    Ok(())
+}
+
 /// Points this test process at the Podman socket in `WORKCELL_PODMAN_SOCKET` (a path or a
 /// `unix://` address): `DOCKER_HOST` is set for the process, so the `workcell` and `docker`
 /// commands it starts talk to Podman too. That is only sound with one test per process, as
@@ -61,7 +72,7 @@ fn podman_probe() -> Result<(), String> {
     let socket = std::env::var("WORKCELL_PODMAN_SOCKET")
         .ok()
         .filter(|s| !s.is_empty())
-        .ok_or("WORKCELL_PODMAN_SOCKET is not set (the socket of `podman system service`, e.g. /run/wc-podman/podman.sock)")?;
+        .ok_or("WORKCELL_PODMAN_SOCKET is not set (the socket of `podman system service`, e.g. /run/wc-podman/podman.sock; `bash .ci/test` as root starts one and sets it)")?;
     if std::env::var("NEXTEST_EXECUTION_MODE").as_deref() != Ok("process-per-test") {
         return Err("the podman tests set DOCKER_HOST for their whole process: run them with cargo nextest (one process per test)".into());
     }
