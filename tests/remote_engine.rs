@@ -470,13 +470,36 @@ fn harness_engine_goes_when_its_owner_dies() {
 /// (the engine would bind whatever those paths are on its side).
 #[test]
 fn a_forwarded_socket_gets_the_zones_shipped() {
+    forwarded_socket_gets_the_zones_shipped(None);
+}
+
+/// The same forwarder, named `dockerd` (any process may choose its name): still not the
+/// engine, whose own pid the daemon's pid file names.
+#[test]
+fn a_forwarder_named_dockerd_gets_the_zones_shipped() {
+    forwarded_socket_gets_the_zones_shipped(Some("dockerd"));
+}
+
+fn forwarded_socket_gets_the_zones_shipped(named: Option<&str>) {
     let Some(r) = rig(&[&format!("out: {{path: ./out, mode: rw, {PRE}}}")]) else { return };
     r.put("out/host.txt", "from the host\n");
     give_to_worker(&r.dir);
     let image = r.engine.busybox().to_string();
     let sock = r.dir.parent().expect("parent").join("fwd.sock");
     let target = r.engine.docker_host().trim_start_matches("tcp://").to_string();
-    let mut fwd = std::process::Command::new("socat")
+    let socat = match named {
+        Some(name) => {
+            let socat = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                .map(|d| d.join("socat"))
+                .find(|p| p.is_file())
+                .expect("socat (`bash .ci/test` as root installs it; apt-get install socat)");
+            let renamed = r.dir.parent().expect("parent").join(name);
+            std::fs::copy(socat, &renamed).expect("copy socat");
+            renamed
+        }
+        None => "socat".into(),
+    };
+    let mut fwd = std::process::Command::new(socat)
         .arg(format!("UNIX-LISTEN:{},fork", sock.display()))
         .arg(format!("TCP:{target}"))
         .stdout(Stdio::null())

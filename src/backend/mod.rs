@@ -99,14 +99,28 @@ impl Selected {
     }
 }
 
-/// Picks the backend for `plan`. `auto`: docker if the daemon answers, else bwrap if it
-/// works here, else Seatbelt on macOS. A plan that needs a named image cannot fall back to
-/// bwrap or Seatbelt. `none` only when chosen, or when no boundary exists and
-/// `require_os_sandbox` is false.
+/// Picks the backend for `plan`. `auto`: docker if the daemon answers (and, for a plan with
+/// network rules, can confine it), else bwrap if it works here, else Seatbelt on macOS
+/// ([`instead_of_docker`], which also serves a plan the docker engine cannot run here:
+/// `run::choose`). A plan that needs a named image cannot fall back to bwrap or Seatbelt.
+/// `none` only when chosen, or when no boundary exists and `require_os_sandbox` is false.
 pub fn select(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
-    let selected = select_any(choice, plan, require_os_sandbox)?;
-    enforces_rules(selected, plan)?;
-    Ok(selected)
+    pick(choice, plan, require_os_sandbox).map(|p| p.selected)
+}
+
+/// [`select`]'s answer with why docker was passed over, for the one line `auto` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Picked {
+    pub selected: Selected,
+    /// Set when `auto` chose another backend because docker cannot run this plan here.
+    pub instead_of_docker: Option<String>,
+}
+
+/// [`select`], telling why docker was passed over.
+pub fn pick(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Picked, BackendError> {
+    let picked = select_any(choice, plan, require_os_sandbox)?;
+    enforces_rules(picked.selected, plan)?;
+    Ok(picked)
 }
 
 /// Refuses a plan with network rules on a backend that cannot make the proxy the only way
@@ -128,46 +142,68 @@ fn egress_for<'a>(selected: Selected, plan: &LaunchPlan, egress: Option<&'a dyn 
     }
 }
 
-fn select_any(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Selected, BackendError> {
+fn select_any(choice: BackendChoice, plan: &LaunchPlan, require_os_sandbox: bool) -> Result<Picked, BackendError> {
+    let named = |selected: Result<Selected, BackendError>| selected.map(|selected| Picked { selected, instead_of_docker: None });
     if let Some(runtime) = &plan.runtime {
-        return with_runtime(choice, runtime);
+        return named(with_runtime(choice, runtime));
     }
     match choice {
-        BackendChoice::Docker => docker::probe().map(|_| Selected::Docker),
+        BackendChoice::Docker => named(docker::probe().map(|_| Selected::Docker)),
         // An explicit choice only needs the binary: a run that cannot create its namespaces
         // fails with the same actionable message, and skipping the throwaway probe sandbox
         // keeps the launch close to raw bwrap's speed.
-        BackendChoice::Bwrap => host_image_only(plan, "bwrap").and_then(|_| bwrap::locate()).map(|_| Selected::Bwrap),
-        BackendChoice::Seatbelt => host_image_only(plan, "seatbelt").and_then(|_| seatbelt::probe()).map(|_| Selected::Seatbelt),
-        BackendChoice::None => Ok(Selected::None),
+        BackendChoice::Bwrap => named(host_image_only(plan, "bwrap").and_then(|_| bwrap::locate()).map(|_| Selected::Bwrap)),
+        BackendChoice::Seatbelt => named(host_image_only(plan, "seatbelt").and_then(|_| seatbelt::probe()).map(|_| Selected::Seatbelt)),
+        BackendChoice::None => named(Ok(Selected::None)),
         BackendChoice::Kubernetes => Err(BackendError::RenderedOnly),
         BackendChoice::Auto => {
-            let docker_err = match docker::probe() {
-                Ok(_) => return Ok(Selected::Docker),
-                Err(e) => e,
+            let refused = match docker::probe() {
+                // Network rules on docker need root for the firewall that confines the worker.
+                Ok(_) if plan.network == Network::Proxied => docker::firewall::check().err().map(|e| e.to_string()),
+                Ok(_) => None,
+                Err(e) => Some(docker_reason(&e)),
             };
-            if plan.image != ImageRef::Host {
-                return Err(BackendError::Failed(format!(
-                    "this worker needs the image {:?}, which only the docker backend can run, and docker is unavailable: {docker_err}",
-                    plan.image
-                )));
+            match refused {
+                None => named(Ok(Selected::Docker)),
+                Some(why) => instead_of_docker(plan, require_os_sandbox, &why).map(|selected| Picked { selected, instead_of_docker: Some(why) }),
             }
-            let bwrap_err = match bwrap::probe() {
-                Ok(_) => return Ok(Selected::Bwrap),
-                Err(e) => e,
-            };
-            let seatbelt_err = match seatbelt::probe() {
-                Ok(_) => return Ok(Selected::Seatbelt),
-                Err(e) => e,
-            };
-            if !require_os_sandbox {
-                return Ok(Selected::None);
-            }
-            Err(BackendError::Failed(format!(
-                "no isolation backend works here, and require_os_sandbox is true.\n  docker: {docker_err}\n  bwrap: {bwrap_err}\n  seatbelt: {seatbelt_err}\nInstall Docker or bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set require_os_sandbox: false and choose --backend none to run without isolation."
-            )))
         }
     }
+}
+
+/// The words of a docker refusal worth a person's one line: an unreachable daemon's reason
+/// (its fix belongs to `--backend docker`), else the whole message.
+fn docker_reason(e: &BackendError) -> String {
+    match e {
+        BackendError::Unavailable { reason, .. } => reason.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `auto`'s choice when docker cannot take this plan (its daemon does not answer, or its
+/// engine cannot run this plan here: `why`): bwrap if it works here, else Seatbelt on
+/// macOS, else none where no boundary is required. A plan that needs a named image has no
+/// other backend and is refused with `why`.
+pub fn instead_of_docker(plan: &LaunchPlan, require_os_sandbox: bool, why: &str) -> Result<Selected, BackendError> {
+    if plan.image != ImageRef::Host {
+        return Err(BackendError::Failed(format!(
+            "this worker needs the image {:?}, which only the docker backend can run, and docker cannot run it here: {why}",
+            plan.image
+        )));
+    }
+    let chosen = match bwrap::probe() {
+        Ok(_) => Selected::Bwrap,
+        Err(bwrap_err) => match seatbelt::probe() {
+            Ok(_) => Selected::Seatbelt,
+            Err(_) if !require_os_sandbox => Selected::None,
+            Err(seatbelt_err) => {
+                return Err(BackendError::Failed(format!(
+                    "no isolation backend works here, and require_os_sandbox is true.\n  docker: {why}\n  bwrap: {bwrap_err}\n  seatbelt: {seatbelt_err}\nInstall Docker or bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set require_os_sandbox: false and choose --backend none to run without isolation."
+                )))
+            }
+        },
+    };
+    Ok(chosen)
 }
 
 /// A plan that names a runtime runs on docker or not at all: falling back to bwrap would

@@ -54,15 +54,39 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     if choice == crate::config::BackendChoice::Kubernetes {
         return print_kubernetes(args, &plan, &sandbox, &project.kubernetes);
     }
+    // The backend a run would get, decided as `run` decides it; a rendering was asked for by name.
+    let runs_on = match args.backend {
+        Some(crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt) => (None, String::new()),
+        _ => backend_text(&plan, choice, project.require_os_sandbox),
+    };
     let access = match choice {
         crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
-        _ => crate::plan::access::check_sandbox(&sandbox, plan.user, choice == crate::config::BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string())),
+        _ => crate::plan::access::check_sandbox(
+            &sandbox,
+            plan.user,
+            choice == crate::config::BackendChoice::Bwrap || runs_on.0 == Some(crate::backend::Selected::Bwrap),
+        )
+        .map_err(|e| CliError::Usage(e.to_string())),
     };
-    print_plan(args, &plan, &sandbox)?;
+    print_plan(args, &plan, &sandbox, &runs_on)?;
     access.map(|()| 0)
 }
 
-fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sandbox) -> Result<i32, CliError> {
+/// The backend a run of `plan` would get and why (`run::choose`), as `bwrap (docker cannot
+/// run this here: …)`; `None` when no backend can run it, with the reason.
+fn backend_text(plan: &LaunchPlan, choice: crate::config::BackendChoice, require_os_sandbox: bool) -> (Option<crate::backend::Selected>, String) {
+    match crate::run::choose::choose(choice, plan, None, require_os_sandbox) {
+        Ok(c) => (Some(c.selected), format!("{} ({})", c.selected.name(), c.reason(choice))),
+        Err(e) => (None, format!("nothing: {e}")),
+    }
+}
+
+fn print_plan(
+    args: &PlanArgs,
+    plan: &LaunchPlan,
+    sandbox: &crate::sandbox::Sandbox,
+    runs_on: &(Option<crate::backend::Selected>, String),
+) -> Result<i32, CliError> {
     let plan = plan.clone();
     // The renderings of backends that would refuse this plan are not shown as if they would run.
     if let (Some(runtime), Some(backend @ (crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt))) = (&plan.runtime, args.backend) {
@@ -79,6 +103,7 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         let mut v = serde_json::to_value(&plan).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("docker".into(), docker);
+            obj.insert("runs_on".into(), serde_json::json!({"backend": runs_on.0.map(crate::backend::Selected::name), "why": runs_on.1}));
             let way = |b| crate::run::resident::Exec::for_plan(&plan.image, b);
             obj.insert(
                 "mcp_session".into(),
@@ -92,6 +117,7 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         outln!("{}   {}", heading("worker:"), escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
+        outln!("{}  {}", heading("backend:"), escape(&runs_on.1));
         outln!("{}    {}", heading("image:"), image_text(&plan.image));
         outln!("{}  {}", heading("command:"), escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
         outln!("{}  {}", heading("network:"), network_text(&plan));
@@ -114,17 +140,13 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         print_protected(&plan);
         outln!("{}   {}", heading("limits:"), limits_text(&plan.limits));
         outln!("{}      one sandbox per session, commands by {}", heading("mcp:"), crate::run::resident::Exec::summary(&plan.image));
-        match crate::pool::why_not(&plan, crate::backend::Selected::Docker) {
+        match crate::pool::why_not(&plan, runs_on.0.unwrap_or(crate::backend::Selected::Docker)) {
             None => outln!("{}     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)", heading("pool:")),
             Some(why) => outln!("{}     not pooled: {why}", heading("pool:")),
         }
         match &plan.runtime {
             Some(r) => outln!("{}  {} (docker only: bwrap, seatbelt and none refuse this plan)", heading("runtime:"), escape(r)),
             None => outln!("{}  the Docker daemon's default", heading("runtime:")),
-        }
-        // Said only for an engine named by DOCKER_HOST: the plan itself asks no engine.
-        if let Some(note) = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()).and_then(|h| crate::backend::docker::placement::describe(&h)) {
-            outln!("{}   {}", heading("engine:"), escape(&note));
         }
         print_docker(&docker);
     }

@@ -5,6 +5,7 @@
 //! run service (an egress proxy, staged delivery) is started in [`Session::prepare`] and
 //! ends when the session is dropped.
 
+pub mod choose;
 mod delivery;
 pub mod planted;
 pub mod refusals;
@@ -160,10 +161,12 @@ impl Session {
         // it creates is owned, exactly as for the worker's own commands.
         let sandbox = sandbox.acting_as(plan.user);
         plan.limits.timeout = spec.parent.within_deadline(plan.limits.timeout)?;
-        let selected = backend::select(spec.choice, &plan, spec.project.require_os_sandbox)?;
+        let choice = choose::choose(spec.choice, &plan, service_on_this_host(&spec.services), spec.project.require_os_sandbox)?;
+        choice.tell();
+        let selected = choice.selected;
         // An engine that cannot see this host's files gets every zone shipped as a copy.
-        if selected == Selected::Docker {
-            ship(&mut plan, &spec.project, &sandbox, &spec.services)?;
+        if let Some(engine) = &choice.engine {
+            ship(&mut plan, &spec.project, &sandbox, &spec.services, &engine.to_string())?;
         }
         // Before the backend sees the plan: copy-delivered zones are bound as private copies.
         let deliveries = delivery::prepare(&mut plan, &sandbox)?;
@@ -288,6 +291,9 @@ impl Session {
             _ if timed_out => Some("the run timed out".to_string()),
             Some(backend::EXIT_TIMEOUT) => Some("the run timed out (or the worker exited 124)".to_string()),
             Some(c) if (0..backend::EXIT_INTERNAL).contains(&c) => None,
+            // The backends' statuses for a program missing or not executable (`outcome`):
+            // nothing of the worker's ran, so it did end, having done nothing.
+            Some(c @ (backend::EXIT_NOT_EXECUTABLE | backend::EXIT_NOT_FOUND)) => Some(format!("the command could not be started (or the worker exited {c})")),
             Some(c) => Some(format!("the worker did not end by itself (exit status {c})")),
             None => Some("the run failed".to_string()),
         };
@@ -343,20 +349,24 @@ impl Session {
 }
 
 /// Makes `plan` one for a remote engine when the docker engine cannot see this host's files
-/// (`backend::docker::placement`); refuses the services that need it on this host.
-fn ship(plan: &mut LaunchPlan, project: &Project, sandbox: &crate::sandbox::Sandbox, services: &Services<'_>) -> Result<(), RunError> {
-    let Some(engine) = backend::docker::placement::remote().map_err(|e| RunError::Backend(e.into()))? else { return Ok(()) };
-    let what = match services {
+/// (`backend::docker::placement`, described by `engine`); refuses the services that need it
+/// on this host.
+fn ship(plan: &mut LaunchPlan, project: &Project, sandbox: &crate::sandbox::Sandbox, services: &Services<'_>, engine: &str) -> Result<(), RunError> {
+    if let Some(what) = service_on_this_host(services) {
+        return Err(PlanError::from(crate::plan::ship::RemoteRefusal::Service { what, engine: engine.to_string() }).into());
+    }
+    plan.ship(project, sandbox, engine)?;
+    Ok(())
+}
+
+/// The services of a run that reach workcell through a socket on this host.
+pub(crate) fn service_on_this_host(services: &Services<'_>) -> Option<&'static str> {
+    match services {
         Services::Resident | Services::Agent { .. } => Some("an MCP session's sandbox"),
         Services::Pool { .. } => Some("a warm pool (`workcell pool fill`)"),
         Services::Child { .. } => Some("a child worker (its input and tools reach it through a socket on this host)"),
         Services::None | Services::Broker { .. } => None,
-    };
-    if let Some(what) = what {
-        return Err(PlanError::from(crate::plan::ship::RemoteRefusal::Service { what, engine }).into());
     }
-    plan.ship(project, sandbox, &engine)?;
-    Ok(())
 }
 
 /// The run's approvals, as the egress proxy asks them (`network: {ask: true}`).

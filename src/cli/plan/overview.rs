@@ -20,11 +20,11 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
     let sandbox = &project.sandbox;
     let ov = Overrides { command: Some(vec![STAND_IN.into()]), runtime, ..Overrides::default() };
     let plan = LaunchPlan::build(project, None, sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
+    let (selected, backend_why) = super::backend_text(&plan, backend, project.require_os_sandbox);
     let access = match backend {
         crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
-        choice => {
-            crate::plan::access::check_sandbox(sandbox, plan.user, choice == crate::config::BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string()))
-        }
+        _ => crate::plan::access::check_sandbox(sandbox, plan.user, selected == Some(crate::backend::Selected::Bwrap))
+            .map_err(|e| CliError::Usage(e.to_string())),
     };
     let file = project.file.as_ref().map(|f| f.display().to_string());
     let workers: Vec<&String> = project.workers.keys().collect();
@@ -32,6 +32,7 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
         let v = json!({
             "project": file,
             "backend": project.defaults.backend,
+            "runs_on": {"backend": selected.map(crate::backend::Selected::name), "why": backend_why},
             "image": plan.image,
             "zones": sandbox.mounts(),
             "network": plan.network,
@@ -46,11 +47,8 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
     } else {
         outln!("{}", heading("The project's sandbox (`workcell plan WORKER` or `workcell plan -- COMMAND` plans a run):"));
         outln!("{}  {}", heading("project:"), escape(file.as_deref().unwrap_or("(no workcell.yaml)")));
-        outln!(
-            "{}  {}",
-            heading("backend:"),
-            serde_json::to_value(project.defaults.backend).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-        );
+        let named = serde_json::to_value(backend).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        outln!("{}  {named}: runs on {backend_why}", heading("backend:"));
         outln!("{}    {}", heading("image:"), image_text(&plan.image));
         outln!("{}", heading("zones:"));
         if sandbox.mounts().is_empty() {
