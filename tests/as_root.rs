@@ -1,7 +1,8 @@
-//! One identity per worker, as root and as a normal user: the README's quick start and
-//! `workcell init` work as written, a zone the worker's uid cannot use is refused before the
-//! run with the fixes (never a silent `Permission denied` inside), and `localhost` resolves
-//! in every worker, with and without network. The same bodies run on bwrap and docker.
+//! One identity per worker, as root and as a normal user: the README's quick start, the
+//! README read top to bottom in one clone, and `workcell init` work as written, a zone the
+//! worker's uid cannot use is refused before the run with the fixes (never a silent
+//! `Permission denied` inside), and `localhost` resolves in every worker, with and without
+//! network. The same bodies run on bwrap and docker.
 
 mod support;
 
@@ -44,15 +45,74 @@ fn report_copy() -> (tempfile::TempDir, PathBuf) {
     (tmp, dir)
 }
 
-/// The shell lines of the README's quick start (its first `sh` block), without the build
-/// and the `cd`, with the binary under test and the backend chosen.
+/// The README (`README.md` of the repository).
+fn readme() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")
+}
+
+/// `PATH` with the directory of the binary under test first: what the quick start's
+/// `cargo install` provides (`~/.cargo/bin/workcell`, first on a rustup user's `PATH`).
+fn path_with_workcell() -> String {
+    format!("{}:{}", bin().parent().expect("bin dir").display(), std::env::var("PATH").unwrap_or_default())
+}
+
+/// The quick start's first line, which installs the `workcell` every later command calls.
+const INSTALL: &str = "cargo install --path . --locked";
+
+/// The shell lines of the README's quick start (its first `sh` block), without the install
+/// and the `cd`; `workcell run` gets the backend chosen.
 fn quick_start_lines(backend: &str) -> Vec<String> {
-    let exe = bin().display().to_string();
-    support::first_sh_block_lines(&Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+    let lines = support::first_sh_block_lines(&readme());
+    assert!(lines.first().is_some_and(|l| l.starts_with(INSTALL)), "the quick start installs workcell first ({INSTALL}): {lines:?}");
+    lines
         .into_iter()
-        .filter(|l| !l.starts_with("cargo build") && !l.starts_with("cd "))
-        .map(|l| l.replace("../../target/release/workcell", &exe).replace(&format!("{exe} run"), &format!("{exe} run --backend {backend}")))
+        .skip(1)
+        .filter(|l| !l.starts_with("cd "))
+        .map(|l| match l.strip_prefix("workcell run ") {
+            Some(rest) => format!("workcell run --backend {backend} {rest}"),
+            None => l,
+        })
         .collect()
+}
+
+/// `sh -c line` in `dir`, as `as_user` (`None`: as we are) with `HOME` set to `home`, the
+/// binary under test as the `workcell` on `PATH`, and `DOCKER_HOST` pointed at nothing when
+/// the backend is bwrap (so that `auto` picks it, as where Docker is missing).
+fn sh_as(line: &str, dir: &Path, home: &Path, as_user: Option<u32>, backend: &str) -> Output {
+    let mut cmd = match as_user {
+        Some(uid) => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--", "sh", "-c", line]);
+            c
+        }
+        None => {
+            let mut c = Command::new("sh");
+            c.args(["-c", line]);
+            c
+        }
+    };
+    if backend == "bwrap" {
+        cmd.env("DOCKER_HOST", format!("unix://{}/no-docker.sock", home.display()));
+    }
+    let out = cmd
+        .current_dir(dir)
+        .env("PATH", path_with_workcell())
+        .env("HOME", home)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .output()
+        .expect("sh");
+    show(line, &out);
+    out
+}
+
+/// The `workcell` a bare name finds there is the binary under test (not another one on `PATH`).
+fn assert_workcell_on_path_is_under_test(dir: &Path, home: &Path, as_user: Option<u32>) {
+    let out = sh_as("command -v workcell", dir, home, as_user, "none");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), bin().display().to_string(), "the bare `workcell` is not the binary under test");
 }
 
 /// Runs the quick start in `dir` as `as_user` (`None`: as we are); every line must succeed
@@ -60,22 +120,9 @@ fn quick_start_lines(backend: &str) -> Vec<String> {
 fn quick_start(backend: &str, dir: &Path, as_user: Option<u32>) {
     let lines = quick_start_lines(backend);
     assert!(lines.iter().any(|l| l.contains("run --backend") && l.contains("line-count")), "the quick start runs line-count: {lines:?}");
+    assert_workcell_on_path_is_under_test(dir, dir, as_user);
     for line in &lines {
-        let mut cmd = match as_user {
-            Some(uid) => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups", "--", "sh", "-c", line]);
-                c.env("HOME", dir);
-                c
-            }
-            None => {
-                let mut c = Command::new("sh");
-                c.args(["-c", line]);
-                c
-            }
-        };
-        let out = cmd.current_dir(dir).output().expect("sh");
-        show(line, &out);
+        let out = sh_as(line, dir, dir, as_user, backend);
         let allowed: &[i32] = if line.contains(" check ") { &[0, 1] } else { &[0] };
         assert!(out.status.code().is_some_and(|c| allowed.contains(&c)), "quick start line failed: {line}");
         // The worker's own words (workcell's warnings, e.g. a limit a normal user's bwrap
@@ -87,6 +134,125 @@ fn quick_start(backend: &str, dir: &Path, as_user: Option<u32>) {
     assert!(report.contains("notes.md"), "{report}");
     let n = std::fs::read_to_string(dir.join("out/n.txt")).expect("the ad-hoc line wrote n.txt");
     assert!(n.contains("/in/notes.md"), "{n}");
+}
+
+/// The fenced blocks of the README: info string and body lines.
+fn readme_blocks() -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(readme()).expect("README.md");
+    let mut out = Vec::new();
+    let mut open: Option<(String, Vec<String>)> = None;
+    for line in text.lines() {
+        match open.take() {
+            Some(block) if line.trim_end() == "```" => out.push(block),
+            Some((info, mut body)) => {
+                body.push(line.to_string());
+                open = Some((info, body));
+            }
+            None => {
+                if let Some(info) = line.strip_prefix("```") {
+                    open = Some((info.trim().to_string(), Vec::new()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The commands of a block: lines that are not blank or comments; a line ending in `\`
+/// continues on the next.
+fn block_commands(body: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut continued = false;
+    for raw in body {
+        let line = raw.trim();
+        if !continued && (line.is_empty() || line.starts_with('#')) {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if continued => last.push_str(&format!(" {}", line.trim_end_matches('\\'))),
+            _ => out.push(line.trim_end_matches('\\').to_string()),
+        }
+        continued = line.ends_with('\\');
+    }
+    out
+}
+
+/// The status a line must exit with: its trailing `# exit N` comment, else 0.
+fn expected_status(line: &str) -> i32 {
+    line.rsplit_once("# exit ").and_then(|(_, n)| n.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
+}
+
+/// The README read top to bottom by a newcomer in a fresh clone (its `examples/`, owned by
+/// whoever cloned it): every `sh`/`bash` block that tests/docs.rs runs, and the quick start,
+/// one line after the other in the directory the `cd` lines lead to, with `workcell` the
+/// binary under test on `PATH` (the quick start's `cargo install` skipped). Each line exits as
+/// documented (0, or its `# exit N`); the blocks that run in `examples/NAME` (`run=`) are
+/// reached by the README's own `cd`s; and what the runs promise is on disk at the end.
+/// tests/docs.rs runs each block alone, in a fresh copy given to the worker: this is what a
+/// person meets (a root clone's `out/` and `artifacts/` are root's, the directory is where the
+/// previous block left it).
+fn readme_top_to_bottom(backend: &str, as_user: Option<u32>) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    chmod(tmp.path(), 0o755);
+    let clone = tmp.path().join("workcell");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&clone).expect("clone");
+    std::fs::create_dir(&home).expect("home");
+    let st = Command::new("cp").arg("-r").arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")).arg(&clone).status().expect("cp");
+    assert!(st.success());
+    if let Some(uid) = as_user {
+        chown(tmp.path(), uid, uid);
+    }
+    assert_workcell_on_path_is_under_test(&clone, &home, as_user);
+    let mut cwd = clone.clone();
+    let (mut blocks_run, mut first_sh) = (0, true);
+    for (info, body) in readme_blocks() {
+        let mut words = info.split_whitespace();
+        let lang = words.next().unwrap_or("");
+        if !["sh", "bash"].contains(&lang) {
+            continue;
+        }
+        let marks: Vec<&str> = words.collect();
+        let quick_start = lang == "sh" && std::mem::take(&mut first_sh);
+        let run_dir = marks.iter().find_map(|m| m.strip_prefix("run=")).map(|d| clone.join(d));
+        let runs = marks.contains(&"run") || run_dir.is_some();
+        if quick_start {
+            assert_eq!(marks, ["tested-by=tests/as_root.rs"], "the quick start is the first sh block");
+        } else if !runs || (marks.contains(&"needs=docker") && backend != "docker") {
+            continue;
+        }
+        blocks_run += 1;
+        for line in block_commands(&body) {
+            if line.starts_with(INSTALL) {
+                continue;
+            }
+            if let Some(to) = line.strip_prefix("cd ") {
+                let to = to.split_whitespace().next().expect("cd DIR");
+                cwd = std::fs::canonicalize(cwd.join(to)).unwrap_or_else(|e| panic!("`{line}` from {}: {e}", cwd.display()));
+                continue;
+            }
+            if let Some(dir) = &run_dir {
+                assert_eq!(
+                    &cwd,
+                    &std::fs::canonicalize(dir).expect("run= dir"),
+                    "README: `{line}` runs in {info}, but the README's `cd`s lead to {}",
+                    cwd.display()
+                );
+            }
+            let out = sh_as(&line, &cwd, &home, as_user, backend);
+            let want = expected_status(&line);
+            assert_eq!(out.status.code(), Some(want), "README, read top to bottom ({backend}, as {as_user:?}): `{line}` in {}", cwd.display());
+        }
+    }
+    assert!(blocks_run >= 6, "only {blocks_run} README blocks were run");
+    // What the runs left, where the README says.
+    let ex = clone.join("examples");
+    let report = std::fs::read_to_string(ex.join("report/out/line-counts.txt")).expect("line-count's report");
+    assert!(report.contains("notes.md"), "{report}");
+    let tests = std::fs::read_to_string(ex.join("ci-python/artifacts/unittest.txt")).expect("ci-python's report");
+    assert!(tests.trim_end().ends_with("OK"), "{tests}");
+    assert!(ex.join("documents/text/notice.html.txt").is_file(), "the documents recipe published its text");
+    assert!(home.join(".local/share/man/man1/workcell.1").is_file(), "the man page");
 }
 
 /// `workcell run --backend B ARGS` in `cwd`; `docker+runsc` is docker under gVisor.
@@ -122,6 +288,19 @@ mod body {
     pub fn readme_quick_start_as_root(backend: &str) {
         let (_tmp, dir) = report_copy();
         quick_start(backend, &dir, None);
+    }
+
+    pub fn readme_top_to_bottom_as_root(backend: &str) {
+        readme_top_to_bottom(backend, None);
+    }
+
+    pub fn readme_top_to_bottom_as_a_normal_user(backend: &str) {
+        // As in the quick start below: docker needs its socket, which a normal user may not have.
+        if !is_root() || backend != "bwrap" {
+            eprintln!("note: the README as a normal user runs as root on bwrap only");
+            return;
+        }
+        readme_top_to_bottom(backend, Some(TEST_WORKER_UID));
     }
 
     pub fn readme_quick_start_as_a_normal_user(backend: &str) {
@@ -384,6 +563,8 @@ macro_rules! both {
 both!(
     readme_quick_start_as_root,
     readme_quick_start_as_a_normal_user,
+    readme_top_to_bottom_as_root,
+    readme_top_to_bottom_as_a_normal_user,
     init_then_run_as_root,
     init_keeps_the_owner_of_what_exists,
     root_owned_rw_zone_is_refused_with_the_fixes,
@@ -458,4 +639,84 @@ fn a_root_runtime_directory_is_not_used_for_the_broker() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "broker-reachable\n");
     assert_eq!(std::fs::read_dir(runtime.path()).expect("runtime dir").count(), 0, "nothing of workcell's in root's runtime directory");
+}
+
+/// One `workcell` everywhere: the quick start installs it (`cargo install`, into
+/// `~/.cargo/bin`, under the name of the package's binary), and every later command in the
+/// docs calls that one by its bare name, never a path into `target/`; the MCP client
+/// snippets start it by name too, and the README gives the full path as the alternative.
+#[test]
+fn later_blocks_call_the_workcell_the_quick_start_installs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    assert!(manifest.contains("[[bin]]\nname = \"workcell\""), "cargo install puts the package's binary `workcell` on PATH");
+    let quick = support::first_sh_block_lines(&readme());
+    assert!(quick[0].starts_with(INSTALL) && quick[0].contains("~/.cargo/bin"), "{quick:?}");
+    assert!(quick.iter().filter(|l| l.starts_with("workcell ")).count() >= 4, "{quick:?}");
+    let mut docs = vec![readme()];
+    for dir in ["docs", "examples"] {
+        for e in std::fs::read_dir(root.join(dir)).expect(dir).flatten() {
+            let p = e.path();
+            docs.push(if p.is_dir() { p.join("README.md") } else { p });
+        }
+    }
+    let mut bare = 0;
+    for doc in docs.iter().filter(|p| p.extension().is_some_and(|e| e == "md") && p.is_file()) {
+        let text = std::fs::read_to_string(doc).expect("doc");
+        for form in ["target/release/workcell", "target/debug/workcell", "./workcell "] {
+            assert!(!text.contains(form), "{}: calls `{form}`; the docs call the `workcell` the README's quick start installs", doc.display());
+        }
+        bare += text.lines().filter(|l| l.trim_start().starts_with("workcell ") || l.contains("| workcell ")).count();
+        // MCP client configurations start the same workcell, by name.
+        let mut in_json = false;
+        for line in text.lines() {
+            let t = line.trim();
+            if t.starts_with("```") {
+                in_json = !in_json && t == "```json";
+                continue;
+            }
+            if let Some(rest) = t.strip_prefix("\"command\": \"").filter(|_| in_json) {
+                assert!(rest.starts_with("workcell\""), "{}: an MCP client starts `{t}`, not the `workcell` on PATH", doc.display());
+            }
+        }
+    }
+    assert!(bare >= 20, "only {bare} lines call a bare `workcell`: is the doc list right?");
+    let text = std::fs::read_to_string(readme()).expect("README.md");
+    assert!(text.contains("\"command\": \"workcell\""), "README's MCP snippet");
+    assert!(
+        text.contains("command -v workcell") && text.contains("\"command\": \"/home/me/.cargo/bin/workcell\""),
+        "README says how to give an MCP client the full path"
+    );
+}
+
+/// The README's requirements name the Rust that builds workcell: `rust-version` in
+/// Cargo.toml, which is no older than what any locked dependency declares (1.88 was written
+/// there while serde-saphyr and uuid needed 1.89, and cargo 1.88 refused the build).
+#[test]
+fn the_readme_names_the_rust_the_build_needs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let ours = manifest.lines().find_map(|l| l.strip_prefix("rust-version = \"")?.strip_suffix('"')).expect("rust-version in Cargo.toml");
+    let version = |v: &str| -> Vec<u32> { v.split('.').map(|n| n.parse().expect("a version number")).chain([0, 0]).take(3).collect() };
+    let text = std::fs::read_to_string(readme()).expect("README.md");
+    assert!(text.contains(&format!("**Rust {ours}** or newer")), "README's requirements name Rust {ours} (Cargo.toml's rust-version)");
+    // The packages built here (a fresh machine has fetched only these).
+    let rustc = Command::new("rustc").arg("-vV").output().expect("rustc -vV");
+    let host = String::from_utf8_lossy(&rustc.stdout).lines().find_map(|l| l.strip_prefix("host: ").map(str::to_string)).expect("rustc's host");
+    let out = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .args(["metadata", "--format-version", "1", "--locked", "--filter-platform", &host])
+        .output()
+        .expect("cargo metadata");
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata JSON");
+    let newer: Vec<String> = meta["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .filter_map(|p| Some((p["name"].as_str()?, p["rust_version"].as_str()?)))
+        .filter(|(_, v)| version(v) > version(ours))
+        .map(|(name, v)| format!("{name} needs {v}"))
+        .collect();
+    assert!(newer.is_empty(), "rust-version = {ours}, but {newer:?}: raise it (and the README's requirements)");
 }

@@ -1,10 +1,12 @@
-//! The recipes in `examples/` (ci-python, ci-rust, documents), each run on bwrap and Docker as
+//! The recipes in `examples/` (ci-python, ci-rust, documents, egress), each run on bwrap and Docker as
 //! its README says: the lines of the README's `sh` block, in a fresh copy of the recipe, with
 //! `workcell` the binary under test and `--backend` chosen. Then what the recipe promises:
 //! the tests ran and passed inside, the artifact is on the host, the source zone could not be
-//! written, the network was off, and (documents) only what the checker accepts is published.
+//! written, the network was off, (documents) only what the checker accepts is published, and
+//! (egress) only the allowed server is reached, through the proxy.
 //! The blocks it runs are marked `tested-by=tests/recipes.rs` (tests/docs.rs checks the mark):
-//! examples/ci-python/README.md, examples/ci-rust/README.md and examples/documents/README.md.
+//! examples/ci-python/README.md, examples/ci-rust/README.md, examples/documents/README.md and
+//! examples/egress/README.md.
 
 mod support;
 
@@ -178,6 +180,102 @@ fn documents(backend: &str) {
     }
 }
 
+/// `docker-compose down` of the recipe's servers when the test ends, however it ends.
+struct ComposeDown {
+    compose: String,
+    env: Vec<(String, String)>,
+}
+
+impl Drop for ComposeDown {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("sh")
+            .args(["-c", &format!("{} down --remove-orphans", self.compose)])
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdin(std::process::Stdio::null())
+            .output();
+    }
+}
+
+/// A port free on 127.0.0.1 now (the compose server binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// Waits until `port` on 127.0.0.1 answers `GET /` with 200.
+fn wait_until_serving(port: u16) {
+    use std::io::{Read, Write};
+    let start = std::time::Instant::now();
+    loop {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
+            let mut got = String::new();
+            let _ = s.read_to_string(&mut got);
+            if got.starts_with("HTTP/1.0 200") || got.starts_with("HTTP/1.1 200") {
+                return;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "the compose server on port {port} never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The egress recipe: the README's lines, with the repository's `docker-compose.yml` started
+/// under a project name and ports of this test's own (parallel tests each start theirs; the
+/// copy's rules and worker name those ports instead of 18080 and 18081).
+fn egress(backend: &str) {
+    // The servers are docker-compose's, whichever backend runs the worker.
+    if !support::backend_ready(backend) || !support::backend_ready("docker") {
+        return;
+    }
+    let (_tmp, dir) = recipe_copy("egress");
+    let (allowed, refused) = (free_port(), free_port());
+    for file in ["workcell.yaml", "workers/fetch.worker"] {
+        let text = std::fs::read_to_string(dir.join(file)).expect(file);
+        std::fs::write(dir.join(file), text.replace("18080", &allowed.to_string()).replace("18081", &refused.to_string())).expect(file);
+    }
+    let compose_file = Path::new(env!("CARGO_MANIFEST_DIR")).join("docker-compose.yml");
+    let compose = format!("docker-compose -f '{}' -p wcrecipe{backend}{}", compose_file.display(), support::unique());
+    let env = vec![("WORKCELL_DEMO_ALLOWED_PORT".to_string(), allowed.to_string()), ("WORKCELL_DEMO_REFUSED_PORT".to_string(), refused.to_string())];
+    let _down = ComposeDown { compose: compose.clone(), env: env.clone() };
+    let lines = documented_lines(&dir, backend);
+    assert!(lines.first().is_some_and(|l| l.starts_with("docker-compose up")), "the README starts the servers first: {lines:?}");
+    assert!(lines.last().is_some_and(|l| l.starts_with("docker-compose down")), "and stops them last: {lines:?}");
+    let (mut run, mut audit) = (None, None);
+    for line in &lines {
+        let line = match line.strip_prefix("docker-compose ") {
+            Some(rest) => format!("{compose} {rest}"),
+            None => line.clone(),
+        };
+        let out = Command::new("sh")
+            .args(["-c", &line])
+            .current_dir(&dir)
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env_remove("RUST_LOG")
+            .timeout(Duration::from_secs(600))
+            .output()
+            .expect("sh");
+        assert!(out.status.success(), "`{line}` failed: {}", shown(&out));
+        if line.contains(" up ") {
+            wait_until_serving(allowed);
+            wait_until_serving(refused);
+        } else if line.contains(" run --backend ") {
+            run = Some(out);
+        } else if line.contains(" audit ") {
+            audit = Some(out);
+        }
+    }
+    let out = run.expect("a run line");
+    let said = shown(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("http://allowed.test:{allowed}/ -> allowed: you reached the allowed server")), "{said}");
+    assert!(stdout.contains(&format!("http://refused.test:{refused}/ -> 403 workcell egress proxy refused refused.test:{refused}")), "{said}");
+    assert!(!said.contains("you should never see this"), "the refused server's page reached the worker: {said}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("refused.test:{refused}")), "the refusal is told when the run ends: {said}");
+    let audit = String::from_utf8_lossy(&audit.expect("an audit line").stdout).into_owned();
+    assert!(audit.contains(&format!("allowed.test:{allowed}")) && audit.contains(&format!("refused.test:{refused}")), "{audit}");
+}
+
 /// Every path below `dir`.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -219,4 +317,14 @@ fn documents_on_bwrap() {
 #[test]
 fn documents_on_docker() {
     documents("docker");
+}
+
+#[test]
+fn egress_on_bwrap() {
+    egress("bwrap");
+}
+
+#[test]
+fn egress_on_docker() {
+    egress("docker");
 }
