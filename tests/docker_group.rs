@@ -60,6 +60,8 @@ impl User {
 
 impl Drop for User {
     fn drop(&mut self) {
+        // Whatever the user left running (rootless Podman's service and its pause process).
+        let _ = Command::new("pkill").args(["-KILL", "-u", &self.name]).status();
         let _ = Command::new("userdel").arg(&self.name).status();
     }
 }
@@ -209,6 +211,41 @@ fn a_user_without_docker_access_is_told_how_and_auto_runs_on_bwrap() {
     let stdout = text(&plan.stdout);
     assert!(stdout.contains("backend:  bwrap (docker cannot run this here:"), "{stdout}");
     assert!(stdout.contains("backend:  auto: runs on bwrap"), "{stdout}");
+}
+
+/// Rootless Podman (the user's own service, in a user and mount namespace of its own) cannot
+/// bind this host's paths as they are here: not local, so `auto` runs the starter on bwrap and
+/// `--backend docker` refuses `image: host` with the reason.
+#[test]
+fn rootless_podman_is_not_taken_as_local() {
+    if !ready() {
+        return;
+    }
+    for tool in ["podman", "newuidmap"] {
+        if which(tool).is_none() {
+            panic!("this test needs {tool}: `bash .ci/test` as root installs it (apt-get install podman uidmap)");
+        }
+    }
+    let user = User::create(&[]);
+    starter(&user);
+    let run_dir = user.home.join("run");
+    let sock = run_dir.join("podman.sock");
+    let service = user.sh(
+        &format!("mkdir -m 700 {0} && (podman system service --time=0 unix://{1} >{0}/log 2>&1 &) && for i in $(seq 100); do [ -S {1} ] && exit 0; sleep 0.1; done; cat {0}/log; exit 1", run_dir.display(), sock.display()),
+        &[("XDG_RUNTIME_DIR", &run_dir.to_string_lossy())],
+    );
+    assert_eq!(service.status.code(), Some(0), "rootless Podman did not start");
+    let host = format!("unix://{}", sock.display());
+    let env = [("DOCKER_HOST", host.as_str()), ("XDG_RUNTIME_DIR", &*run_dir.to_string_lossy())];
+    let plan = user.sh("cd p && workcell plan line-count", &env);
+    let stdout = text(&plan.stdout);
+    assert!(stdout.contains("backend:  bwrap (docker cannot run this here:") && stdout.contains("sees other mounts"), "{stdout}");
+    let auto = user.sh("cd p && workcell run line-count && cat out/*", &env);
+    assert_eq!(auto.status.code(), Some(0));
+    assert!(text(&auto.stdout).contains("/data/a.txt"));
+    let named = user.sh("cd p && workcell run --backend docker line-count", &env);
+    assert_eq!(named.status.code(), Some(2));
+    assert!(text(&named.stderr).contains("`image: host` needs the engine on this host") && text(&named.stderr).contains("sees other mounts"), "{}", text(&named.stderr));
 }
 
 fn which(name: &str) -> Option<PathBuf> {
