@@ -246,7 +246,76 @@ fn missing_daemon_fails_with_125_and_says_what_to_do() {
         .arg("doctor")
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .assert()
-        .stdout(predicate::str::contains("DOCKER_HOST: unix:///nonexistent/docker.sock").and(predicate::str::contains("podman/podman.sock")));
+        .stdout(predicate::str::contains("DOCKER_HOST: unix:///nonexistent/docker.sock").and(predicate::str::contains("podman/podman.sock")))
+        // doctor is where that advice leads: it does not send the reader to itself.
+        .stdout(predicate::str::contains("workcell doctor").not());
+}
+
+/// A normal user outside the socket's group (as most people are before `usermod -aG
+/// docker`): the daemon is running, and what is said is how to get access or do without,
+/// never to start it. Made as root: a user with no supplementary groups.
+#[test]
+fn a_user_the_socket_refuses_is_told_how_to_get_access() {
+    use std::os::unix::fs::MetadataExt;
+    let socket = std::path::Path::new("/var/run/docker.sock");
+    let Ok(meta) = std::fs::metadata(socket) else {
+        eprintln!("note: no /var/run/docker.sock here");
+        return;
+    };
+    if !rustix::process::geteuid().is_root() || meta.mode() & 0o006 != 0 || !backend_ready("docker") {
+        eprintln!("note: needs root and a local daemon whose socket other users may not use");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(tmp.path()).unwrap();
+    std::fs::create_dir(dir.join("in")).unwrap();
+    give_to_worker(&dir);
+    let ids = TEST_WORKER_UID.to_string();
+    let as_user = |args: &[&str]| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid", &ids, "--regid", &ids, "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_workcell"))
+            .args(args)
+            .current_dir(&dir)
+            .env("HOME", &dir)
+            .env("NO_COLOR", "1")
+            .env_remove("DOCKER_HOST")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        eprintln!("{args:?} -> {:?}\n{said}", out.status.code());
+        (out.status.code(), said)
+    };
+    let (code, said) = as_user(&["run", "--backend", "docker", "--zone", "in=./in", "--", "true"]);
+    assert_eq!(code, Some(125), "{said}");
+    let group = if meta.gid() == 0 {
+        "root".to_string()
+    } else {
+        std::fs::read_to_string("/etc/group")
+            .unwrap()
+            .lines()
+            .find(|l| l.split(':').nth(2) == Some(&meta.gid().to_string()))
+            .and_then(|l| l.split(':').next())
+            .unwrap_or("?")
+            .to_string()
+    };
+    for part in [
+        "the Docker daemon is running, but this user may not use its socket /var/run/docker.sock",
+        &format!("sudo usermod -aG {group} $USER"),
+        &format!("newgrp {group}"),
+        "rootless Docker",
+        "Podman",
+        "DOCKER_HOST",
+        "--backend bwrap",
+    ] {
+        assert!(said.contains(part), "{part:?} missing: {said}");
+    }
+    assert!(!said.contains("Start it"), "{said}");
+    let (_, said) = as_user(&["doctor"]);
+    assert!(said.contains("the Docker daemon is running, but this user may not use its socket"), "{said}");
+    assert!(!said.contains("Start it") && !said.contains("workcell doctor"), "{said}");
 }
 
 fn doctor_reports_the_engine(engine: &str) {

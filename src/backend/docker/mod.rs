@@ -8,6 +8,7 @@
 //! the host by [`firewall`] rules, removed the same ways; [`maintenance`] holds `doctor`
 //! and `gc`.
 
+pub mod access;
 mod container;
 pub mod engine;
 pub mod firewall;
@@ -46,14 +47,20 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// answers in up to a second when idle) and a handshake.
 const REMOTE_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-const UNREACHABLE_FIX: &str = "Start it (e.g. `systemctl start docker`), or point DOCKER_HOST at a running daemon (Podman: unix://$XDG_RUNTIME_DIR/podman/podman.sock); `workcell doctor` shows what was tried";
+const UNREACHABLE_FIX: &str =
+    "Start it (e.g. `systemctl start docker`), or point DOCKER_HOST at a running daemon (Podman: unix://$XDG_RUNTIME_DIR/podman/podman.sock)";
+/// Added where a run failed, not in `doctor`, which shows what was tried itself.
+const SEE_DOCTOR: &str = "; `workcell doctor` shows what was tried";
 
 /// What went wrong talking to Docker. Every message says what to do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum DockerError {
     /// No daemon at the address tried.
-    #[error("cannot reach the Docker daemon at {address}: {reason}. {UNREACHABLE_FIX}")]
+    #[error("cannot reach the Docker daemon at {address}: {reason}. {}", unreachable_fix(address))]
     Unreachable { address: String, reason: String },
+    /// The socket is there, but this user may not connect to it.
+    #[error("{}. {}", .0.reason(), .0.fix())]
+    Denied(access::Denied),
     /// An API call failed.
     #[error("docker: {what} failed: {}", api_message(source))]
     Api { what: String, source: bollard::errors::Error },
@@ -98,8 +105,9 @@ impl From<DockerError> for BackendError {
             DockerError::Unreachable { address, reason } => BackendError::Unavailable {
                 backend: "docker",
                 reason: format!("cannot reach the Docker daemon at {address}: {reason}"),
-                fix: unreachable_fix(&address),
+                fix: format!("{}{SEE_DOCTOR}", unreachable_fix(&address)),
             },
+            DockerError::Denied(d) => BackendError::Unavailable { backend: "docker", reason: d.reason(), fix: d.fix() },
             other => BackendError::Docker(other),
         }
     }
@@ -171,7 +179,12 @@ pub async fn connect_engine() -> Result<(Docker, engine::Engine), DockerError> {
     if let Some(at) = rawhttp::Endpoint::of(&address) {
         let pong = match tokio::time::timeout(PROBE_TIMEOUT, rawhttp::ping(at)).await {
             Ok(Ok(p)) => p,
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Err(e)) => {
+                return Err(match at {
+                    rawhttp::Endpoint::Unix(socket) if e.kind() == std::io::ErrorKind::PermissionDenied => DockerError::Denied(access::Denied::of(socket)),
+                    _ => unreachable(e.to_string()),
+                })
+            }
             Err(_) => return Err(unreachable(too_slow())),
         };
         if let Some((major, minor)) = pong.api_version {
