@@ -313,5 +313,18 @@ mod compose {
         assert!(said.contains(&format!("http://allowed.test:{allowed}/ -> allowed: you reached the allowed server")), "{said}");
         assert!(said.contains(&format!("http://refused.test:{refused}/ -> 403 workcell egress proxy refused refused.test:{refused}")), "{said}");
         assert!(!said.contains("you should never see this"), "{said}");
+
+        // The hint names the entry that allows that port; following it lets the fetch through.
+        let entry = format!("refused.test:{refused}");
+        assert!(said.contains(&format!("add \"{entry}\" to network.allow")), "{said}");
+        let allowed_entry = format!("\"allowed.test:{allowed}\"");
+        let widened = config.replace(&allowed_entry, &format!("{allowed_entry}, \"{entry}\""));
+        assert_ne!(widened, config);
+        std::fs::write(tmp.path().join("workcell.yaml"), widened).unwrap();
+        let out = support::workcell_in(tmp.path()).args(["run", "--backend", backend, "fetch"]).output().expect("workcell run");
+        let said = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(said.contains(&format!("http://refused.test:{refused}/ -> refused: you should never see this")), "{said}");
+        assert!(!said.contains("egress refused"), "{said}");
     }
 }

@@ -68,13 +68,24 @@ fn shown(r: &Refused) -> String {
 
 /// What the refusal was and what would allow it.
 fn hint(r: &Refused) -> String {
-    let host = r.destination.rsplit_once(':').map_or(r.destination.as_str(), |(h, _)| h);
-    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
     let reason = r.reason.strip_prefix(&format!("{}: ", r.kind)).unwrap_or(&r.reason);
     match r.kind {
-        "unlisted" => format!("not in allow; add {} to network.allow", crate::term::quoted(host)),
+        "unlisted" => format!("not in allow; add {} to network.allow", crate::term::quoted(&allow_entry(&r.destination))),
         "denied" => format!("denied: {reason}; remove or narrow that entry of network.deny"),
         _ => reason.to_string(),
+    }
+}
+
+/// The allow entry that allows `destination` (`host:port` as asked): the bare host for ports
+/// 80 and 443 (what an entry without a port allows), else the host with its port, or following
+/// the hint would change nothing. An IPv6 address takes brackets before a port.
+fn allow_entry(destination: &str) -> String {
+    let Some((host, port)) = destination.rsplit_once(':') else { return destination.to_string() };
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    match port {
+        "80" | "443" => host.to_string(),
+        _ if host.contains(':') => format!("[{host}]:{port}"),
+        _ => format!("{host}:{port}"),
     }
 }
 
@@ -92,6 +103,22 @@ mod tests {
         assert_eq!(l, vec![r#"workcell: egress refused 3× https://api.example.com:443 (not in allow; add "api.example.com" to network.allow)"#]);
         let l = lines(&[refused("denied", "x.example.com:80", "it matches the deny entry *.example.com")]);
         assert!(l[0].contains("CONNECT x.example.com:80 (denied: it matches the deny entry *.example.com; remove"), "{l:?}");
+    }
+
+    #[test]
+    fn the_hint_is_the_entry_that_allows_that_port() {
+        let hint_of = |d: &str| lines(&[refused("unlisted", d, "no allow entry covers it")]).remove(0);
+        assert!(hint_of("other.test:18081").contains(r#"add "other.test:18081" to network.allow"#));
+        assert!(hint_of("other.test:80").contains(r#"add "other.test" to network.allow"#));
+        assert!(hint_of("[2001:db8::1]:8443").contains(r#"add "[2001:db8::1]:8443" to network.allow"#));
+        assert!(hint_of("2001:db8::1:8443").contains(r#"add "[2001:db8::1]:8443" to network.allow"#));
+        assert!(hint_of("[2001:db8::1]:443").contains(r#"add "2001:db8::1" to network.allow"#));
+        // Each hint parses as an allow entry that covers the destination it was made for.
+        use crate::egress::rules::{Entry, Ports};
+        for (dest, host, port) in [("other.test:18081", "other.test", 18081), ("other.test:443", "other.test", 443)] {
+            let entry = Entry::parse(&allow_entry(dest), Ports::Web, "hint").expect("the hint parses");
+            assert!(entry.matches_name(host, port), "{dest}");
+        }
     }
 
     #[test]
