@@ -121,7 +121,10 @@ fn print_docker(d: &DockerDiagnosis) {
         if !r.names.iter().any(|n| n == "runsc") {
             outln!("    gVisor (runsc) is not registered; to run workers under it, {}", crate::backend::docker::runtimes::install_hint("runsc"));
         }
-        for name in &r.broker_unreachable {
+        // Podman lists the runtimes its containers.conf names, with no arguments to read, and
+        // its runtimes are configured there, not in daemon.json: nothing to judge.
+        let docker = d.engine.as_deref() != Some("Podman");
+        for name in r.broker_unreachable.iter().filter(|_| docker) {
             outln!(
                 "    {} gVisor's `{}` is registered without --host-uds=open: workers under it cannot reach workcell's broker (their tools and child workers fail); {}",
                 Role::Warning.out("warning:"),
