@@ -130,6 +130,30 @@ fn unenforced_limits_are_named() {
     assert_eq!(bwrap::unenforced_limits_with(&plan, &all), Vec::<String>::new());
 }
 
+/// A run says what it does not enforce in one short line, every run; the reasons in full
+/// are `plan`'s and `doctor`'s (above).
+#[test]
+fn a_run_names_its_unenforced_limits_in_one_short_line() {
+    use workcell::backend::cgroup::{Support, Unsupported};
+    use workcell::config::Limits;
+    let denied = Err(Unsupported::CannotCreate { parent: "/sys/fs/cgroup/memory/user.slice".into(), source: rustix::io::Errno::ACCESS, v2: false });
+    let v1_user = Support { memory: denied.clone(), pids: denied.clone(), cpu: denied };
+    let limits = Limits { memory_bytes: Some(1 << 30), pids: Some(256), ..Limits::default() };
+    let note = bwrap::unenforced_note(&limits, &v1_user).expect("named");
+    assert_eq!(
+        note,
+        "not enforced by the bwrap backend: the memory limit and the process limit (cgroup v1 gives cgroups to root only); --backend docker enforces them"
+    );
+    let cpu = Limits { cpus: Some(1.5), ..Limits::default() };
+    assert!(bwrap::unenforced_note(&cpu, &v1_user).unwrap().contains(": the cpu limit (cgroup v1"), "one limit");
+    // workcell's own defaults are not the person's: not said on every run.
+    let defaults = Limits { memory_bytes: Some(workcell::plan::DEFAULT_MEMORY), pids: Some(workcell::plan::DEFAULT_PIDS), ..Limits::default() };
+    assert_eq!(bwrap::unenforced_note(&defaults, &v1_user), None);
+    let place = Ok(workcell::backend::cgroup::Place { parent: "/sys/fs/cgroup/x".into(), v2: true });
+    let all = Support { memory: place.clone(), pids: place.clone(), cpu: place };
+    assert_eq!(bwrap::unenforced_note(&limits, &all), None);
+}
+
 #[test]
 fn plan_prints_the_bwrap_argv() {
     let f = Fixture::new(ZONES, &[]);

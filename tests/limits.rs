@@ -2,7 +2,7 @@
 //! from a `workcell run` flag: the same values are refused, with the same words, located at
 //! `file:line:column` for YAML and naming the flag for the command line. (That an accepted
 //! `--pids` really limits a worker is `behaviour::*::fork_bomb_is_contained`, on both
-//! backends.)
+//! backends.) Limits bwrap cannot enforce for a normal user are named in one short line.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -111,4 +111,42 @@ fn valid_limits_reach_the_plan() {
     let limits = &plan["limits"];
     assert_eq!((limits["pids"].as_i64(), limits["cpus"].as_f64(), limits["memory_bytes"].as_u64()), (Some(33), Some(0.5), Some(96 << 20)), "{limits}");
     assert_eq!(limits["timeout"].as_str(), Some("1h 30m"), "{limits}");
+}
+
+/// A normal user on bwrap where no cgroup can be made for them (cgroup v1 gives cgroups to
+/// root only; on v2, an undelegated subtree): the limits they set are named as not enforced
+/// in one short line, not a paragraph per limit on every run. Made as root: a user with no
+/// supplementary groups, in a directory of theirs.
+#[test]
+fn a_normal_users_unenforced_limits_are_one_short_line() {
+    if !rustix::process::geteuid().is_root() || workcell::backend::bwrap::probe().is_err() {
+        eprintln!("note: needs root (to become a normal user) and a working bwrap");
+        return;
+    }
+    let (tmp, dir) = project("sandbox:\n  zones:\n    data: {path: ./data}\n");
+    let ids = "1000";
+    let st = std::process::Command::new("chown").args(["-R", &format!("{ids}:{ids}")]).arg(tmp.path()).status().unwrap();
+    assert!(st.success());
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", ids, "--regid", ids, "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_workcell"))
+        .args(["run", "--backend", "bwrap", "--memory", "512m", "--pids", "100", "--", "true"])
+        .current_dir(&dir)
+        .env("HOME", &dir)
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    // On cgroup v1 a normal user never gets a cgroup; on v2 only an undelegated one does not.
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists();
+    let named: Vec<&str> = err.lines().filter(|l| l.contains("not enforced")).collect();
+    assert!(named.len() == 1 || (!v1 && named.is_empty()), "at most one line, and one on cgroup v1: {err}");
+    for line in named {
+        assert!(line.contains("the memory limit and the process limit") && line.contains("--backend docker"), "{err}");
+        assert!(line.len() < 200, "a short line ({} characters): {line}", line.len());
+        assert!(!v1 || line.contains("cgroup v1 gives cgroups to root only"), "{err}");
+    }
 }

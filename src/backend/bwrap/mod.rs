@@ -140,18 +140,42 @@ pub fn unenforced_limits_with(plan: &LaunchPlan, support: &super::cgroup::Suppor
         .collect()
 }
 
-/// Limits the user asked for explicitly (not workcell's defaults) that bwrap cannot
-/// enforce. Defaults are only logged, so that every run does not print the same warning.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-fn explicit_unenforced(plan: &LaunchPlan, support: &super::cgroup::Support) -> Vec<String> {
-    let mut quiet = plan.clone();
-    if quiet.limits.memory_bytes == Some(DEFAULT_MEMORY) {
-        quiet.limits.memory_bytes = None;
+/// The limits the user asked for explicitly (not workcell's defaults, which are only logged)
+/// that bwrap cannot enforce, as one short line: a run says it every time, so the reasons in
+/// full stay in `plan --backend bwrap` and `doctor` ([`unenforced_limits_with`]). `None` when
+/// every such limit is enforced.
+pub fn unenforced_note(limits: &crate::config::Limits, support: &super::cgroup::Support) -> Option<String> {
+    use super::cgroup::Controller;
+    let mut asked = *limits;
+    if asked.memory_bytes == Some(DEFAULT_MEMORY) {
+        asked.memory_bytes = None;
     }
-    if quiet.limits.pids == Some(DEFAULT_PIDS) {
-        quiet.limits.pids = None;
+    if asked.pids == Some(DEFAULT_PIDS) {
+        asked.pids = None;
     }
-    unenforced_limits_with(&quiet, support)
+    let missing = super::cgroup::unenforceable(&asked, support);
+    let names: Vec<String> = missing
+        .iter()
+        .map(|(c, _)| match c {
+            Controller::Memory => "the memory limit",
+            Controller::Cpu => "the cpu limit",
+            Controller::Pids => "the process limit",
+        })
+        .map(String::from)
+        .collect();
+    let mut reasons: Vec<String> = Vec::new();
+    for (_, why) in &missing {
+        let short = why.short();
+        if !reasons.contains(&short) {
+            reasons.push(short);
+        }
+    }
+    let (listed, them) = match names.as_slice() {
+        [] => return None,
+        [one] => (one.clone(), "it"),
+        [rest @ .., last] => (format!("{} and {last}", rest.join(", ")), "them"),
+    };
+    Some(format!("not enforced by the bwrap backend: {listed} ({}); --backend docker enforces {them}", reasons.join("; ")))
 }
 
 /// Runs the plan under bwrap, its output to `output`; the exit status is the worker's (124 on

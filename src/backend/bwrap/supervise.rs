@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::diagnose::explain_bwrap_failure;
 use super::handshake::{Channels, KILL_WAIT};
 use super::launch::{argv_and_fds, prepare, spawn_bwrap};
-use super::{explicit_unenforced, secret_env, BwrapError};
+use super::{secret_env, unenforced_note, BwrapError};
 use crate::backend::cgroup::RunCgroup;
 use crate::backend::outcome::Explained;
 use crate::backend::supervise::{pidfd, send, Grouping, Notes, Process, Sandbox, Supervisor};
@@ -24,8 +24,8 @@ pub(super) fn run(plan: &LaunchPlan, output: Output, attached: Attached<'_>) -> 
     let (located, cgroup, support) = prepare(plan)?;
     let mut sup = Supervisor::new(plan, output, attached)?;
     let attached_egress = attached.egress;
-    for w in explicit_unenforced(plan, &support) {
-        sup.notes().say(&format!("workcell: warning: not enforced by the bwrap backend: {w}"));
+    if let Some(note) = unenforced_note(&plan.limits, &support) {
+        sup.notes().say(&format!("workcell: warning: {note}"));
     }
     // bwrap reports the sandbox's init pid and, when the command ran, its exit code on the
     // status pipe; no exit code means bwrap itself failed (setup or exec).

@@ -133,7 +133,7 @@ impl Support {
 /// The reason a controller is unsupported when mkdir under `p` failed with `e`.
 pub(super) fn cannot_create(p: &Place, e: &std::io::Error) -> Unsupported {
     // mkdir's errors carry an errno; EIO stands in for the impossible other case.
-    Unsupported::CannotCreate { parent: p.parent.clone(), source: rustix::io::Errno::from_io_error(e).unwrap_or(rustix::io::Errno::IO) }
+    Unsupported::CannotCreate { parent: p.parent.clone(), source: rustix::io::Errno::from_io_error(e).unwrap_or(rustix::io::Errno::IO), v2: p.v2 }
 }
 
 /// A cgroup filesystem mount from `/proc/self/mountinfo`.

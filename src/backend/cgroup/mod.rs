@@ -75,12 +75,31 @@ pub enum Unsupported {
         parent: PathBuf,
         #[source]
         source: rustix::io::Errno,
+        /// Under the unified (v2) hierarchy.
+        v2: bool,
     },
     #[error("the {controller} controller is not enabled for cgroups under {} (cgroup v2: it is not delegated here)", parent.display())]
     NotEnabled { controller: Controller, parent: PathBuf },
     /// A reason given by the caller ([`Support::none`]).
     #[error("{0}")]
     Other(String),
+}
+
+impl Unsupported {
+    /// The reason in a few words, for the warning a run prints every time (the whole
+    /// reason, with its path and errno, is `plan`'s and `doctor`'s).
+    pub fn short(&self) -> String {
+        use rustix::io::Errno;
+        match self {
+            Unsupported::V1NotMounted(_) | Unsupported::V2NotMounted | Unsupported::NoCgroup(_) => "no cgroup hierarchy for it here".into(),
+            Unsupported::CannotCreate { source: Errno::ROFS, .. } => "the cgroup file system is read-only".into(),
+            Unsupported::CannotCreate { source: Errno::ACCESS | Errno::PERM, v2: false, .. } => "cgroup v1 gives cgroups to root only".into(),
+            Unsupported::CannotCreate { source: Errno::ACCESS | Errno::PERM, v2: true, .. } => "no cgroup v2 subtree is delegated to this user".into(),
+            Unsupported::CannotCreate { source, .. } => format!("no cgroup can be created here ({source})"),
+            Unsupported::NotEnabled { .. } => "its controller is not delegated here".into(),
+            Unsupported::Other(reason) => reason.clone(),
+        }
+    }
 }
 
 /// Why a run's cgroup could not be set up or entered: the run stops rather than going on
