@@ -395,3 +395,43 @@ fn protected_entries() {
     assert!(!entries("/out").iter().any(|e| e == "Makefile" || e == ".envrc"));
     assert!(entries("/data").iter().any(|e| e == "Makefile") && entries("/data").iter().any(|e| e == ".envrc"));
 }
+
+/// `zones:` of the project in the list form worker files use: the same zones as the mapping,
+/// and a name given twice, a zone without a name or a zones value of neither form refused
+/// with its line and what to write.
+#[test]
+fn zones_may_be_a_list_as_in_worker_files() {
+    let d = dir_with(&[]);
+    let file = d.path.join("workcell.yaml");
+    let list = "sandbox:\n  zones:\n    - {name: data, path: ./data, mode: ro}\n    - name: out\n      mode: rw\n      approval: {write: preApproved}\n";
+    let map = "sandbox:\n  zones:\n    data: {path: ./data, mode: ro}\n    out: {mode: rw, approval: {write: preApproved}}\n";
+    let shown = |yaml: &str| -> Vec<String> {
+        let p = Project::from_text(yaml, &file, &d.path).unwrap_or_else(|e| panic!("{e}"));
+        p.sandbox.mounts().iter().map(|m| format!("{} {} {} {:?} {:?}", m.name, m.mount_point, m.host_path.display(), m.mode, m.approval)).collect()
+    };
+    assert_eq!(shown(list), shown(map));
+    assert_eq!(shown(list).len(), 2);
+
+    let e = Project::from_text("sandbox:\n  zones:\n    - {name: data}\n    - {name: data, mode: rw}\n", &file, &d.path).unwrap_err();
+    assert_eq!(e.line, 4, "{e}");
+    assert!(e.message.contains("zone 'data' is given twice"), "{e}");
+    let e = Project::from_text("sandbox:\n  zones:\n    - {path: ./data}\n", &file, &d.path).unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("name"), "{e}");
+    let e = Project::from_text("sandbox:\n  zones:\n    - {name: data, mod: ro}\n", &file, &d.path).unwrap_err();
+    assert!(e.message.contains("unknown field `mod`"), "{e}");
+    let e = Project::from_text("sandbox:\n  zones: data\n", &file, &d.path).unwrap_err();
+    assert!(e.message.contains("zones by name ({data: {path: ./data, mode: ro}}) or a list of zones each with its name"), "{e}");
+}
+
+/// No `workcell.yaml` here or above: refused, naming the directory searched from, and
+/// nothing made there (a default project used to create `.sandbox/cache` and `workspace`).
+#[test]
+fn no_project_file_is_refused_and_nothing_is_created() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fs::canonicalize(tmp.path()).unwrap();
+    let e = Project::load(None, &dir).unwrap_err();
+    assert_eq!(e.file, dir, "{e}");
+    assert!(e.to_string().contains("no workcell.yaml here or in any directory above; `workcell init` writes a starter project"), "{e}");
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 0);
+}

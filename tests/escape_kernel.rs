@@ -36,9 +36,16 @@ fn workcell() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin("workcell"))
 }
 
+/// A project without zones: the probes need none, and a run needs a project.
+fn empty_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("workcell.yaml"), "{}\n").expect("workcell.yaml");
+    dir
+}
+
 /// `name -> errno` for every call of [`PROBE`], run as a worker on `backend`.
 fn probe(backend: &str) -> Vec<(String, i32)> {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = empty_project();
     let out = workcell().current_dir(dir.path()).args(["run", "--backend", backend, "--", "python3", "-c", PROBE]).output().expect("workcell");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
@@ -88,7 +95,7 @@ fn bwrap_tty_cannot_push_input_into_the_terminal() {
                  \x20       print(name, 'ALLOWED')\n\
                  \x20   except OSError as e:\n\
                  \x20       print(name, 'errno', e.errno)\n";
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = empty_project();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/pty_run.py");
     let bin = assert_cmd::cargo::cargo_bin("workcell");
     let out = Command::new("python3")

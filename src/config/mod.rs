@@ -262,32 +262,28 @@ pub fn find_config(start: &Path) -> Option<PathBuf> {
 }
 
 impl Project {
-    /// Loads `file` (or, without one, searches upward from `cwd`; with none found, uses the
-    /// default zones `cache` and `workspace` under `.sandbox/` in `cwd`).
+    /// Loads `file` (or, without one, the nearest `workcell.yaml` searching upward from
+    /// `cwd`). With none found it is refused: a default project would create its zones in
+    /// whatever directory the person happened to be in.
     pub fn load(file: Option<&Path>, cwd: &Path) -> Result<Project, ConfigError> {
-        let file = match file {
-            Some(f) => Some(if f.is_absolute() { f.to_path_buf() } else { cwd.join(f) }),
-            None => find_config(cwd),
-        };
-        match file {
+        let f = match file {
             Some(f) => {
-                let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
-                    file: f.clone(),
-                    line: 0,
-                    column: 0,
-                    message: format!("cannot read the config file: {e}"),
-                })?;
-                let dir = f.parent().map(Path::to_path_buf).unwrap_or_else(|| cwd.to_path_buf());
-                Self::from_text(&text, &f, &dir)
+                if f.is_absolute() {
+                    f.to_path_buf()
+                } else {
+                    cwd.join(f)
+                }
             }
-            None => Self::from_text(DEFAULT_CONFIG, &cwd.join(CONFIG_FILE), cwd),
-        }
-        .map(|mut p| {
-            if find_config(cwd).is_none() && p.file.is_some() && !p.file.as_ref().is_some_and(|f| f.is_file()) {
-                p.file = None;
-            }
-            p
-        })
+            None => find_config(cwd).ok_or_else(|| ConfigError { file: cwd.to_path_buf(), line: 0, column: 0, message: NO_PROJECT.into() })?,
+        };
+        let text = std::fs::read_to_string(&f).map_err(|e| ConfigError {
+            file: f.clone(),
+            line: 0,
+            column: 0,
+            message: format!("cannot read the config file: {e}"),
+        })?;
+        let dir = f.parent().map(Path::to_path_buf).unwrap_or_else(|| cwd.to_path_buf());
+        Self::from_text(&text, &f, &dir)
     }
 
     /// Parses and validates project text as if read from `file` in `dir`, then loads the
@@ -332,7 +328,11 @@ impl Project {
             MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, owner, mounts: Vec::new(), spans: Vec::new(), protection: protection.clone() };
         let mut addressing = Addressing::Zones;
         if let Some(zones) = &rs.zones {
-            for (name, z) in &zones.value {
+            for (i, (name, z)) in zones.value.0.iter().enumerate() {
+                // The list form can name a zone twice, and a mapping's repeated key reads the same way.
+                if zones.value.0[..i].iter().any(|(seen, _)| seen.value == name.value) {
+                    return Err(diag.spanned(name, format!("zone '{}' is given twice; give each zone once", name.value.escape_debug())));
+                }
                 let host = z.path.as_ref().map(|p| (p.value.clone(), p.referenced)).unwrap_or_else(|| (format!("./{}", name.value), name.referenced));
                 builder.add(
                     name,
@@ -473,8 +473,9 @@ impl Project {
     }
 }
 
-/// The configuration used when a directory has no `workcell.yaml` (docs/configuration.md, "Rules: exactly one form": zones `cache` and `workspace`, rw, under `.sandbox/`).
-pub const DEFAULT_CONFIG: &str = "sandbox:\n  mode: sandboxed\n  zones:\n    cache: {mode: rw}\n    workspace: {mode: rw}\n";
+/// Why [`Project::load`] found no project (after the directory searched from).
+pub const NO_PROJECT: &str =
+    "no workcell.yaml here or in any directory above; `workcell init` writes a starter project (workcell.yaml, data/, out/ and a worker), or name one with --config FILE";
 
 /// A `runtime:` value, checked, or its located error.
 pub(crate) fn runtime_from(raw: Option<&Spanned<String>>, diag: &Diag) -> Result<Option<String>, ConfigError> {

@@ -13,6 +13,9 @@ use serde_saphyr::Spanned;
 
 use crate::sandbox::{Approval, Delivery, ZoneMode};
 
+mod zones;
+pub use zones::{RawListedZone, RawZone, RawZones};
+
 /// `workcell.yaml`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -38,9 +41,10 @@ pub struct RawSandbox {
     /// A string: the folder of sandboxed mode. A mapping: the root form (one directory as `/`).
     #[schemars(with = "Option<RootSchema>")]
     pub root: Option<Spanned<RootField>>,
-    /// Named zones, mounted at `/<name>`.
-    #[schemars(with = "Option<BTreeMap<String, RawZone>>")]
-    pub zones: Option<Spanned<IndexMap<Spanned<String>, RawZone>>>,
+    /// Named zones, mounted at `/<name>`: a mapping by name, or a list of zones each with
+    /// its `name` (the form worker files use).
+    #[schemars(with = "Option<zones::ZonesSchema>")]
+    pub zones: Option<Spanned<RawZones>>,
     /// Named paths, mounted at `/<name>`: zones written with `root:` and approval flags.
     #[schemars(with = "Option<BTreeMap<String, RawPathEntry>>")]
     pub paths: Option<Spanned<IndexMap<Spanned<String>, RawPathEntry>>>,
@@ -76,29 +80,6 @@ pub struct RawApproval {
     pub read: Option<Approval>,
     pub write: Option<Approval>,
     pub delete: Option<Approval>,
-}
-
-/// One zone of `zones:`.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RawZone {
-    /// Host directory, relative to the project (default `./<name>`).
-    #[schemars(with = "Option<String>")]
-    pub path: Option<Spanned<String>>,
-    /// `ro` (default) or `rw`.
-    pub mode: Option<ZoneMode>,
-    pub approval: Option<RawApproval>,
-    /// Allowed suffixes, e.g. `[.md, .pdf]` (case-insensitive).
-    pub suffixes: Option<Vec<String>>,
-    /// Largest file that may be read or written: bytes, or a size such as `10m`.
-    #[schemars(with = "Option<SizeSchema>")]
-    pub max_file_bytes: Option<Spanned<String>>,
-    /// `bind` (default) or `copy`.
-    pub delivery: Option<Delivery>,
-    /// Protected entries to turn off for this zone only, e.g. `[.vscode]`; each must be an
-    /// entry in force (a default or one of `sandbox.protect`).
-    #[schemars(with = "Option<Vec<String>>")]
-    pub unprotect: Option<Vec<Spanned<String>>>,
 }
 
 /// One entry of `paths:`.
@@ -224,7 +205,7 @@ fn mount_aliases(schema: &mut schemars::Schema) {
 #[derive(JsonSchema)]
 #[serde(untagged)]
 #[allow(dead_code)]
-enum SizeSchema {
+pub(in crate::config) enum SizeSchema {
     Bytes(u64),
     Text(String),
 }
