@@ -334,6 +334,9 @@ mod body {
         } else {
             assert!(!yaml.contains("\n  user:"), "{yaml}");
         }
+        // Nothing in data/ yet: wc fails, and so does the starter worker.
+        let out = run(backend, &dir, &["line-count"]);
+        assert_ne!(out.status.code(), Some(0), "the starter worker hid wc's failure");
         std::fs::write(dir.join("data/a.txt"), "1\n2\n").expect("data");
         let out = run(backend, &dir, &["line-count"]);
         assert_eq!(out.status.code(), Some(0));

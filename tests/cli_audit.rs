@@ -17,7 +17,7 @@ fn events() -> Vec<Value> {
     vec![
         json!({"ts": T - 2.0 * 86400.0, "run_id": "old1", "event": "run_start", "worker": null, "chain": [], "backend": "docker", "command": ["sh", "-c", "ls /"], "network": "off"}),
         json!({"ts": T - 2.0 * 86400.0 + 3.0, "run_id": "old1", "event": "run_end", "worker": null, "exit_code": 0, "error": null}),
-        json!({"ts": T + 0.4, "run_id": "r-reader-1", "event": "run_start", "worker": "reader", "chain": [], "backend": "bwrap", "command": ["ls", "/data"], "network": "off"}),
+        json!({"ts": T + 0.4, "run_id": "r-reader-1", "event": "run_start", "worker": "reader", "chain": ["reader"], "backend": "bwrap", "command": ["ls", "/data"], "network": "off"}),
         json!({"ts": T + 1.0, "run_id": "r-reader-1", "event": "tool_call", "tool": "read_file", "args": {"path": "/data/a\u{1b}[2K\u{7}\u{9b}31m\u{202e}b"}, "ok": true}),
         json!({"ts": T + 2.0, "run_id": "r-reader-1", "event": "decision", "action": "write", "subject": "/out/x", "scope": "/out", "decision": {"outcome": "approved", "by": "user_once"}}),
         json!({"ts": T + 3.0, "run_id": "r-reader-1", "event": "decision", "action": "shell", "subject": "rm -r /", "scope": "rm", "decision": {"outcome": "denied", "reason": "the user denied: rm -r /"}}),

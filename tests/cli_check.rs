@@ -169,6 +169,41 @@ fn help_on_every_subcommand() {
     assert_eq!(workcell(tmp.path()).arg("--version").output().unwrap().status.code(), Some(0));
 }
 
+/// The global options are listed once, in `workcell --help`, not in every subcommand's
+/// options; they still work after a subcommand.
+#[test]
+fn global_options_are_listed_once_and_work_anywhere() {
+    let (_t, dir) = project();
+    let top = stdout(&workcell(&dir).arg("--help").output().unwrap());
+    for global in ["--config <FILE>", "--color <WHEN>", "--log-format <LOG_FORMAT>"] {
+        assert!(top.contains(global), "{global} in workcell --help: {top}");
+    }
+    for sub in [&["init"][..], &["check"], &["plan"], &["run"], &["mcp"], &["audit"], &["schema"], &["doctor"], &["gc"], &["pool", "fill"], &["pool", "ls"]] {
+        let help = stdout(&workcell(&dir).args(sub).arg("--help").output().unwrap());
+        assert!(help.contains("Usage: workcell"), "{sub:?}: {help}");
+        for global in ["--config", "--color", "--log-format", "--version"] {
+            assert!(!help.contains(global), "{sub:?} --help lists {global}: {help}");
+        }
+    }
+    // After the subcommand, as before: a config elsewhere, and the colour choice.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = workcell(elsewhere.path()).args(["check", "--config"]).arg(dir.join("workcell.yaml")).args(["--color", "never", "/data/a.txt"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = workcell(elsewhere.path()).args(["pool", "ls", "--config"]).arg(dir.join("workcell.yaml")).arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `run -h` shows the two ways to run: a worker, and a command on zones named.
+#[test]
+fn run_help_has_both_examples() {
+    let tmp = tempfile::tempdir().unwrap();
+    for flag in ["-h", "--help"] {
+        let help = stdout(&workcell(tmp.path()).args(["run", flag]).output().unwrap());
+        assert!(help.contains("Examples:\n  workcell run line-count\n"), "{help}");
+        assert!(help.contains("  workcell run --zone in=./data:ro --zone out=./out:rw -- sh -c"), "{help}");
+    }
+}
+
 /// `workcell plan` prints values as a person writes them, not Rust debug text.
 #[test]
 fn plan_summary_reads_as_written() {

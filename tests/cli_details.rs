@@ -144,3 +144,71 @@ fn completions_leave_out_the_internal_subcommands() {
         assert!(!script.contains("__agent") && !script.contains("__reap"), "{shell}:\n{script}");
     }
 }
+
+#[test]
+fn run_with_nothing_to_run_says_what_to_give() {
+    let (_t, dir) = project();
+    let out = workcell(&dir, &["run"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    for part in ["nothing to run", "name a worker (`workcell run WORKER`; this project's: reader)", "give a command after `--`"] {
+        assert!(err.contains(part), "{part:?}: {err}");
+    }
+}
+
+#[test]
+fn check_without_a_path_says_what_to_give() {
+    let (_t, dir) = project();
+    let out = workcell(&dir, &["check"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("the following required arguments were not provided:\n  <PATH|--stdin>"), "{err}");
+    let help = stdout(&workcell(&dir, &["check", "--help"]));
+    assert!(help.contains("Usage: workcell check [OPTIONS] <PATH|--stdin>"), "{help}");
+    assert!(help.contains("at least one,") && help.contains("unless --stdin gives them"), "{help}");
+    // Paths given, or --stdin alone, are enough.
+    assert_eq!(workcell(&dir, &["check", "/data/a"]).status.code(), Some(0));
+    assert_eq!(workcell(&dir, &["check", "--stdin"]).status.code(), Some(0));
+}
+
+/// Outside any project the commands that need one say so and suggest `workcell init`, and
+/// leave the directory as it was (no default zones under `.sandbox/`, no `.workcell/`).
+#[test]
+fn outside_a_project_nothing_is_created_and_init_is_suggested() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fs::canonicalize(tmp.path()).unwrap();
+    for args in [&["run", "--", "true"][..], &["run"], &["plan"], &["plan", "--", "true"], &["check", "/x"], &["audit"], &["mcp"], &["pool", "fill"]] {
+        let out = workcell(&dir, args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("no workcell.yaml here or in any directory above") && err.contains("`workcell init`"), "{args:?}: {err}");
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 0, "{args:?} created something in {}", dir.display());
+    }
+    let err = stderr(&workcell(&dir, &["run"]));
+    assert!(err.contains("workcell run --zone"), "a run without a project is still possible: {err}");
+    // An ad-hoc run with zones needs no project.
+    fs::create_dir(dir.join("in")).unwrap();
+    let out = workcell(&dir, &["run", "--backend", "none", "--zone", "in=./in", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!dir.join(".sandbox").exists());
+}
+
+/// A `rw` zone whose writes ask is mounted read-only: the run says so before the worker
+/// starts, naming the zone and the setting that makes it writable.
+#[test]
+fn a_rw_zone_mounted_read_only_is_named_when_the_run_starts() {
+    let (_t, dir) = project();
+    let out = workcell(&dir, &["run", "--", "true"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let named: Vec<&str> = err.lines().filter(|l| l.contains("gets it read-only")).collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(named[0].starts_with("workcell: zone 'out' is rw, but its writes or deletes need approval"), "{err}");
+    assert!(named[0].contains("`approval: {write: preApproved, delete: preApproved}`"), "{err}");
+    // Pre-approved, it is writable and nothing is said.
+    let yaml = fs::read_to_string(dir.join("workcell.yaml")).unwrap().replace("{write: ask, delete: blocked}", "{write: preApproved, delete: preApproved}");
+    fs::write(dir.join("workcell.yaml"), yaml).unwrap();
+    let out = workcell(&dir, &["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("read-only"), "{}", stderr(&out));
+}

@@ -54,6 +54,11 @@ impl Scratch {
     /// `workcell run --backend B <extra> -- sh -c SCRIPT`, without a controlling terminal
     /// (`setsid`), so that nothing could ever be asked on one.
     fn command(&self, backend: &str, extra: &[&str], script: &str) -> Command {
+        self.argv_command(backend, extra, &["sh", "-c", script])
+    }
+
+    /// The same with the worker's command as given (no shell).
+    fn argv_command(&self, backend: &str, extra: &[&str], argv: &[&str]) -> Command {
         let mut c = Command::new("setsid");
         c.arg("-w")
             .arg(assert_cmd::cargo::cargo_bin("workcell"))
@@ -61,7 +66,8 @@ impl Scratch {
             .env_remove("RUST_LOG")
             .args(["run", "--backend", backend])
             .args(extra)
-            .args(["--", "sh", "-c", script])
+            .arg("--")
+            .args(argv)
             .stdin(Stdio::null());
         c
     }
@@ -172,6 +178,17 @@ mod body {
         assert!(String::from_utf8_lossy(&out.stderr).contains("nothing published: the run timed out"));
     }
 
+    pub fn a_command_that_cannot_start_publishes_nothing_and_says_so(backend: &str) {
+        let s = Scratch::new(PRE);
+        give_to_worker(&s.dir);
+        let out = s.argv_command(backend, &[], &["/no/such/program"]).output().expect("run workcell");
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!("{err}");
+        assert_eq!(out.status.code(), Some(127), "{err}");
+        assert!(err.contains("nothing published: the command could not be started (or the worker exited 127)"), "{err}");
+        assert!(!err.contains("did not end by itself"), "{err}");
+    }
+
     pub fn a_review_nobody_answers_publishes_nothing(backend: &str) {
         let s = Scratch::new(PRE);
         give_to_worker(&s.dir);
@@ -274,6 +291,7 @@ support::backend_suite!(
         only_checked_files_reach_the_host,
         a_host_change_during_the_run_is_a_conflict,
         a_timed_out_run_publishes_nothing,
+        a_command_that_cannot_start_publishes_nothing_and_says_so,
         a_review_nobody_answers_publishes_nothing,
         a_review_answered_no_publishes_nothing,
         a_review_answered_yes_publishes,
@@ -288,6 +306,7 @@ support::backend_suite!(
         only_checked_files_reach_the_host,
         a_host_change_during_the_run_is_a_conflict,
         a_timed_out_run_publishes_nothing,
+        a_command_that_cannot_start_publishes_nothing_and_says_so,
         a_review_nobody_answers_publishes_nothing,
         a_review_answered_no_publishes_nothing,
         a_review_answered_yes_publishes,

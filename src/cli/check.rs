@@ -11,7 +11,10 @@ use super::style::Role;
 use super::{load_project, Cli, CliError};
 use crate::sandbox::SandboxError;
 
+// Paths, or `--stdin`, or both: the group makes the usage line say so (`<PATH|--stdin>`)
+// where `required_unless_present` showed `[PATH]...`, as if nothing were needed.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("input").args(["paths", "stdin"]).required(true).multiple(true)))]
 pub struct CheckArgs {
     /// Check with this worker's effective sandbox instead of the project's.
     #[arg(long, value_name = "WORKER")]
@@ -25,8 +28,9 @@ pub struct CheckArgs {
     /// Print verdicts as JSON lines.
     #[arg(long)]
     pub json: bool,
-    /// Sandbox paths to check (`/data/a.txt`, `data/a.txt`, `data:a.txt`).
-    #[arg(value_name = "PATH", required_unless_present = "stdin")]
+    /// Sandbox paths to check (`/data/a.txt`, `data/a.txt`, `data:a.txt`); at least one,
+    /// unless --stdin gives them.
+    #[arg(value_name = "PATH")]
     pub paths: Vec<String>,
 }
 

@@ -39,7 +39,6 @@ fn without_hidden(cmd: clap::Command) -> clap::Command {
     let visible: Vec<clap::Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
     clap::Command::new("workcell")
         .version(env!("WORKCELL_VERSION"))
-        .propagate_version(true)
         .about(cmd.get_about().cloned().unwrap_or_default())
         .args(cmd.get_arguments().cloned())
         .subcommand_required(cmd.is_subcommand_required_set())

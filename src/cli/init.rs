@@ -51,7 +51,7 @@ sandbox:
       mode: ro
     - name: out
       mode: rw
-command: ["sh", "-c", "wc -l /data/* > /out/line-counts.txt; cat /out/line-counts.txt"]
+command: ["sh", "-c", "wc -l /data/* > /out/line-counts.txt && cat /out/line-counts.txt"]
 limits:
   timeout: 30s
 ---

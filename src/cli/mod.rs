@@ -53,7 +53,7 @@ impl CliError {
 /// workcell runs untrusted work inside an isolation boundary derived from a declarative
 /// sandbox of zones (host directories, read-only or read-write).
 #[derive(Debug, Parser)]
-#[command(name = "workcell", version = env!("WORKCELL_VERSION"), about, long_about = None, propagate_version = true)]
+#[command(name = "workcell", version = env!("WORKCELL_VERSION"), about, long_about = None)]
 pub struct Cli {
     /// Project file (default: the nearest workcell.yaml, searching upward).
     #[arg(long, global = true, value_name = "FILE")]
@@ -68,6 +68,13 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The two ways to run, under `workcell run -h`.
+const RUN_EXAMPLES: &str = "Examples:
+  workcell run line-count
+      the worker workers/line-count.worker, with the zones it asks for
+  workcell run --zone in=./data:ro --zone out=./out:rw -- sh -c 'wc -l /in/* > /out/counts.txt'
+      one command, with the directories named (no workcell.yaml needed)";
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum LogFormat {
@@ -84,6 +91,7 @@ pub enum Command {
     /// Print what a run would do, without running anything.
     Plan(plan::PlanArgs),
     /// Run a worker, or a command, inside its isolation boundary.
+    #[command(after_help = RUN_EXAMPLES)]
     Run(run::RunArgs),
     /// Serve sandboxed tools to an agent over MCP on stdio.
     Mcp(mcp::McpArgs),
@@ -176,11 +184,30 @@ pub fn load_project(config: Option<&std::path::Path>) -> Result<Project, CliErro
     Ok(Project::load(config, &cwd)?)
 }
 
+/// The command line as parsed: [`Cli`], with the global options (`--config`, `--color`,
+/// `--log-format`) listed once, in `workcell --help`. clap copies a global option into every
+/// subcommand and lists it there too; a subcommand that already has the option keeps its own,
+/// so each gets a hidden copy first. The copies stay global, so `workcell run --config F`
+/// works as before and its value reaches [`Cli`].
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    fn hide_globals(cmd: clap::Command, globals: &[clap::Arg]) -> clap::Command {
+        cmd.mut_subcommands(|sc| {
+            let sc = globals.iter().fold(sc, |sc, a| sc.arg(a.clone().hide(true)));
+            hide_globals(sc, globals)
+        })
+    }
+    let cmd = Cli::command();
+    let globals: Vec<clap::Arg> = cmd.get_arguments().filter(|a| a.is_global_set()).cloned().collect();
+    hide_globals(cmd, &globals)
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
+    use clap::FromArgMatches;
     // Before parsing: clap's own help and usage errors follow `--color` too.
     style::init(style::early_choice(std::env::args_os()));
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.format(&mut command()).exit());
     // The agent runs inside the sandbox: no logging set-up, no watchdog, nothing else.
     if let Command::Agent { socket, wake } = &cli.command {
         return crate::agent::serve::main(socket, wake.as_deref());

@@ -156,10 +156,30 @@ pub fn parse_zone(spec: &str, cwd: &Path) -> Result<Mount, ZoneSpecError> {
 /// The project for a run: the config file's, or, for `--zone` runs without one, an empty
 /// project (no default zones are created).
 fn project_for(cli: &Cli, args: &RunArgs, cwd: &Path) -> Result<Project, CliError> {
-    if !args.zones.is_empty() && cli.config.is_none() && find_config(cwd).is_none() {
+    if cli.config.is_none() && find_config(cwd).is_none() {
+        if args.zones.is_empty() {
+            return Err(CliError::Usage(format!(
+                "{}: {}; or run a command on directories you name: `workcell run --zone data=./data -- ls /data`",
+                cwd.display(),
+                crate::config::NO_PROJECT
+            )));
+        }
         return Ok(Project::from_text("{}", &cwd.join(crate::config::CONFIG_FILE), cwd)?);
     }
     load_project(cli.config.as_deref())
+}
+
+/// Refuses a run with neither a worker nor a command, naming what to give (the project's
+/// workers among them). A pool entry needs neither: its command is its agent.
+fn something_to_run(args: &RunArgs, project: &Project) -> Result<(), CliError> {
+    if args.worker.is_some() || !args.command.is_empty() {
+        return Ok(());
+    }
+    let workers: Vec<String> = project.workers.keys().map(|w| crate::term::escape(w).to_string()).collect();
+    let known = if workers.is_empty() { "this project has none yet".to_string() } else { format!("this project's: {}", workers.join(", ")) };
+    Err(CliError::Usage(format!(
+        "nothing to run: name a worker (`workcell run WORKER`; {known}) or give a command after `--` (`workcell run -- sh -c 'ls /'`)"
+    )))
 }
 
 pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
@@ -173,12 +193,39 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     if selected == Selected::None && choice != BackendChoice::None {
         eprintln!("{} no isolation backend works here and require_os_sandbox is false", super::style::warning_prefix());
     }
+    for line in read_only_writable_zones(&session) {
+        eprintln!("{line}");
+    }
     let service = session.service().clone();
     let result = session.run(Output::Inherit).map(|f| f.exit_code);
     if let Some(summary) = service.expansion_summary() {
         eprintln!("{summary}");
     }
     result.map_err(run_error)
+}
+
+/// One line for each writable zone this run mounts read-only because its writes or deletes
+/// need a person's yes, which a mount cannot ask (docs/backends.md): without it a worker
+/// meets "Read-only file system" in a zone the project calls `rw`.
+fn read_only_writable_zones(session: &Session) -> Vec<String> {
+    let sandbox = session.service().sandbox();
+    let mounts = &session.plan().mounts;
+    let mut named: Vec<String> = Vec::new();
+    for area in sandbox.writable_areas() {
+        let target = crate::plan::mount_target(sandbox.addressing(), &area.sandbox_path);
+        if mounts.iter().any(|m| m.target == target && m.read_only) && !named.contains(&area.mount) {
+            named.push(area.mount);
+        }
+    }
+    named
+        .iter()
+        .map(|zone| {
+            format!(
+                "workcell: zone '{}' is rw, but its writes or deletes need approval, so the worker gets it read-only (writing through workcell's tools asks first); to make it writable, give the zone `approval: {{write: preApproved, delete: preApproved}}` in workcell.yaml",
+                crate::term::escape(zone)
+            )
+        })
+        .collect()
 }
 
 /// A prepared run and the backend choice it was made with.
@@ -192,6 +239,9 @@ pub(super) struct Prepared {
 pub(super) fn prepare(cli: &Cli, args: &RunArgs, pool: Option<&Path>) -> Result<Prepared, CliError> {
     let cwd = std::env::current_dir().map_err(|e| CliError::Usage(format!("cannot read the current directory: {e}")))?;
     let mut project = project_for(cli, args, &cwd)?;
+    if pool.is_none() {
+        something_to_run(args, &project)?;
+    }
     super::user::apply(&mut project, args.user)?;
     let worker = args.worker.as_deref().map(|w| project.worker(w)).transpose()?;
 

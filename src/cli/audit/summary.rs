@@ -115,8 +115,13 @@ pub fn describe(e: &Value, run_secs: Option<f64>) -> String {
     let event = e.get("event").and_then(Value::as_str).unwrap_or("");
     match event {
         "run_start" => {
-            let chain =
-                e.get("chain").and_then(Value::as_array).filter(|c| !c.is_empty()).map(|c| format!(" (called by {})", compact(&Value::Array(c.clone()))));
+            // The chain ends with the run's own worker: those before it called it; a
+            // top-level run was called by nobody.
+            let callers = e.get("chain").and_then(Value::as_array).map(|c| match (c.split_last(), e.get("worker")) {
+                (Some((last, before)), Some(w)) if last == w => before,
+                _ => c.as_slice(),
+            });
+            let chain = callers.filter(|c| !c.is_empty()).map(|c| format!(" (called by {})", c.iter().map(compact).collect::<Vec<_>>().join(" -> ")));
             format!(
                 "{} on {}: {}  network {}{}",
                 worker(e),
@@ -229,6 +234,17 @@ mod tests {
         assert!(is_refusal(&e));
         let e = json!({"event": "egress", "verdict": "allowed"});
         assert!(!is_refusal(&e));
+    }
+
+    #[test]
+    fn a_run_is_called_by_the_workers_before_it_in_its_chain() {
+        let start = |worker: Value, chain: Value| json!({"event": "run_start", "worker": worker, "chain": chain, "backend": "bwrap", "command": ["wc"], "network": "off"});
+        let top = describe(&start(json!("line-count"), json!(["line-count"])), None);
+        assert!(!top.contains("called by"), "{top}");
+        let ad_hoc = describe(&start(Value::Null, json!([])), None);
+        assert!(!ad_hoc.contains("called by"), "{ad_hoc}");
+        let child = describe(&start(json!("summarise"), json!(["orchestrate", "review", "summarise"])), None);
+        assert!(child.ends_with("(called by orchestrate -> review)"), "{child}");
     }
 
     #[test]
