@@ -144,7 +144,9 @@ fn a_forwarder_named_dockerd_is_not_taken_as_the_local_engine() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let fake = dir.path().join("dockerd");
     std::fs::copy(&socat, &fake).expect("copy socat");
-    let sock = dir.path().join("docker.sock");
+    // Not an engine socket's usual name: a zone holding one anywhere beneath it is refused,
+    // and other tests make zones of /tmp.
+    let sock = dir.path().join("fwd.sock");
     let mut fwd = Command::new(&fake)
         .arg(format!("UNIX-LISTEN:{},fork,mode=666", sock.display()))
         .arg("UNIX-CONNECT:/var/run/docker.sock")
@@ -229,7 +231,7 @@ fn rootless_podman_is_not_taken_as_local() {
     let user = User::create(&[]);
     starter(&user);
     let run_dir = user.home.join("run");
-    let sock = run_dir.join("podman.sock");
+    let sock = run_dir.join("service.sock");
     let service = user.sh(
         &format!("mkdir -m 700 {0} && (podman system service --time=0 unix://{1} >{0}/log 2>&1 &) && for i in $(seq 100); do [ -S {1} ] && exit 0; sleep 0.1; done; cat {0}/log; exit 1", run_dir.display(), sock.display()),
         &[("XDG_RUNTIME_DIR", &run_dir.to_string_lossy())],
@@ -245,7 +247,11 @@ fn rootless_podman_is_not_taken_as_local() {
     assert!(text(&auto.stdout).contains("/data/a.txt"));
     let named = user.sh("cd p && workcell run --backend docker line-count", &env);
     assert_eq!(named.status.code(), Some(2));
-    assert!(text(&named.stderr).contains("`image: host` needs the engine on this host") && text(&named.stderr).contains("sees other mounts"), "{}", text(&named.stderr));
+    assert!(
+        text(&named.stderr).contains("`image: host` needs the engine on this host") && text(&named.stderr).contains("sees other mounts"),
+        "{}",
+        text(&named.stderr)
+    );
 }
 
 fn which(name: &str) -> Option<PathBuf> {

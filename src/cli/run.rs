@@ -187,9 +187,7 @@ pub fn run(cli: &Cli, args: &RunArgs) -> Result<i32, CliError> {
     let choice = session.choice;
     let session = session.session;
     let selected = session.backend();
-    if choice == BackendChoice::Auto && selected != Selected::Docker {
-        eprintln!("workcell: docker is unavailable; using the {} backend", selected.name());
-    }
+    // (Why `auto` passed docker over is said once, by `run::choose`.)
     if selected == Selected::None && choice != BackendChoice::None {
         eprintln!("{} no isolation backend works here and require_os_sandbox is false", super::style::warning_prefix());
     }

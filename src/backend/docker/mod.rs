@@ -86,7 +86,7 @@ pub enum DockerError {
     },
     /// The plan names a runtime the daemon does not list.
     #[error(
-        "the Docker daemon has no runtime '{wanted}' (it lists: {}). To use it, {}",
+        "the Docker daemon has no runtime '{wanted}' (it lists: {}). To use it, {}; then check with `workcell doctor`",
         if available.is_empty() { "none".to_string() } else { available.join(", ") },
         runtimes::install_hint(wanted)
     )]

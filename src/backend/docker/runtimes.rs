@@ -114,7 +114,7 @@ pub fn install_hint(wanted: &str) -> String {
     format!(
         "{install}, register it in the daemon's configuration (/etc/docker/daemon.json: \
          \"runtimes\": {{\"{wanted}\": {{\"path\": \"/usr/bin/{wanted}\"{args}}}}}){note}, then reload the daemon \
-         (`systemctl reload docker`, or `kill -HUP $(pidof dockerd)`) and check with `workcell doctor`"
+         (`systemctl reload docker`, or `kill -HUP $(pidof dockerd)`)"
     )
 }
 
