@@ -158,30 +158,6 @@ fn readme_blocks() -> Vec<(String, Vec<String>)> {
     out
 }
 
-/// The commands of a block: lines that are not blank or comments; a line ending in `\`
-/// continues on the next.
-fn block_commands(body: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut continued = false;
-    for raw in body {
-        let line = raw.trim();
-        if !continued && (line.is_empty() || line.starts_with('#')) {
-            continue;
-        }
-        match out.last_mut() {
-            Some(last) if continued => last.push_str(&format!(" {}", line.trim_end_matches('\\'))),
-            _ => out.push(line.trim_end_matches('\\').to_string()),
-        }
-        continued = line.ends_with('\\');
-    }
-    out
-}
-
-/// The status a line must exit with: its trailing `# exit N` comment, else 0.
-fn expected_status(line: &str) -> i32 {
-    line.rsplit_once("# exit ").and_then(|(_, n)| n.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
-}
-
 /// The README read top to bottom by a newcomer in a fresh clone (its `examples/`, owned by
 /// whoever cloned it): every `sh`/`bash` block that tests/docs.rs runs, and the quick start,
 /// one line after the other in the directory the `cd` lines lead to, with `workcell` the
@@ -222,7 +198,7 @@ fn readme_top_to_bottom(backend: &str, as_user: Option<u32>) {
             continue;
         }
         blocks_run += 1;
-        for line in block_commands(&body) {
+        for line in support::doc_lines::command_lines(&body, false) {
             if line.starts_with(INSTALL) {
                 continue;
             }
@@ -240,7 +216,7 @@ fn readme_top_to_bottom(backend: &str, as_user: Option<u32>) {
                 );
             }
             let out = sh_as(&line, &cwd, &home, as_user, backend);
-            let want = expected_status(&line);
+            let want = support::doc_lines::expected_status(&line);
             assert_eq!(out.status.code(), Some(want), "README, read top to bottom ({backend}, as {as_user:?}): `{line}` in {}", cwd.display());
         }
     }

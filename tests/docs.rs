@@ -179,7 +179,7 @@ fn the_quick_start_is_the_readmes_first_sh_block() {
     let first = blocks("README.md", &text).into_iter().find(|b| b.lang() == "sh").expect("README.md has an sh block");
     assert_eq!(mark(&first), Ok(Mark::TestedBy("tests/as_root.rs".into())), "{}", first.at());
     let lines = support::first_sh_block_lines(&root().join("README.md"));
-    assert_eq!(lines, command_lines(&first), "support::first_sh_block_lines reads the block this test found");
+    assert_eq!(lines, support::doc_lines::command_lines(&first.body, first.lang() == "console"), "support::first_sh_block_lines reads the block this test found");
     assert!(lines.iter().any(|l| l.contains("workcell run line-count")), "{lines:?}");
 }
 
@@ -199,44 +199,11 @@ fn marks_are_read_strictly() {
     assert!(found[6].is_err(), "{:?}", found[6]);
 }
 
-/// The commands of a block: `console` blocks' `$ ` lines, else every line that is not blank
-/// or a comment; a line ending in `\` continues on the next.
-fn command_lines(b: &Block) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut continued = false;
-    for raw in &b.body {
-        let line = raw.trim();
-        let line = if continued {
-            line
-        } else if b.lang() == "console" {
-            match line.strip_prefix("$ ") {
-                Some(cmd) => cmd,
-                None => continue,
-            }
-        } else if line.is_empty() || line.starts_with('#') {
-            continue;
-        } else {
-            line
-        };
-        match out.last_mut() {
-            Some(last) if continued => last.push_str(&format!(" {}", line.trim_end_matches('\\'))),
-            _ => out.push(line.trim_end_matches('\\').to_string()),
-        }
-        continued = line.ends_with('\\');
-    }
-    out
-}
-
-/// The status a line must exit with: its trailing `# exit N` comment, else 0.
-fn expected_status(line: &str) -> i32 {
-    line.rsplit_once("# exit ").and_then(|(_, n)| n.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()).unwrap_or(0)
-}
-
 #[test]
 fn expected_statuses_come_from_the_comment() {
-    assert_eq!(expected_status("workcell check a b   # exit 1: b is in no zone"), 1);
-    assert_eq!(expected_status("workcell run x   # run a worker"), 0);
-    assert_eq!(expected_status("true"), 0);
+    assert_eq!(support::doc_lines::expected_status("workcell check a b   # exit 1: b is in no zone"), 1);
+    assert_eq!(support::doc_lines::expected_status("workcell run x   # run a worker"), 0);
+    assert_eq!(support::doc_lines::expected_status("true"), 0);
 }
 
 /// Runs one `run` block in a fresh directory with `backend` the one `auto` picks (for bwrap,
@@ -267,7 +234,7 @@ fn run_block(b: &Block, dir: Option<&str>, backend: &str) {
     support::give_to_worker(&work);
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_workcell"));
     let path = format!("{}:{}", bin.parent().expect("bin dir").display(), std::env::var("PATH").unwrap_or_default());
-    let lines = command_lines(b);
+    let lines = support::doc_lines::command_lines(&b.body, b.lang() == "console");
     assert!(!lines.is_empty(), "{}: a run block without commands", b.at());
     for line in &lines {
         let mut cmd = assert_cmd::Command::new("sh");
@@ -286,7 +253,7 @@ fn run_block(b: &Block, dir: Option<&str>, backend: &str) {
             .timeout(std::time::Duration::from_secs(600))
             .output()
             .expect("sh");
-        let want = expected_status(line);
+        let want = support::doc_lines::expected_status(line);
         let shown = format!(
             "{} ({backend}): `{line}` exited {:?}, the doc says {want}\nstdout:\n{}\nstderr:\n{}",
             b.at(),

@@ -8,14 +8,9 @@ mod support;
 
 use support::servers::{echo_server, web_server};
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::Command as StdCommand;
-use std::time::Duration;
-
-/// A deadline that only turns a hang into a failure.
-const HANG: Duration = Duration::from_secs(60);
 
 /// A project whose worker may reach `good.test` (the web server) and `echo.test` (the echo
 /// server) and nothing else; `bad.test` points at the web server too but is denied.
@@ -265,37 +260,14 @@ mod compose {
             .expect("docker-compose (apt-get install docker-compose)")
     }
 
-    /// A port free on 127.0.0.1 now (the compose servers bind it next).
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
-
-    /// Waits until `port` answers with `200`.
-    fn wait_until_serving(port: u16) {
-        let start = std::time::Instant::now();
-        loop {
-            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
-                let mut got = String::new();
-                let _ = s.read_to_string(&mut got);
-                if got.starts_with("HTTP/1.0 200") || got.starts_with("HTTP/1.1 200") {
-                    return;
-                }
-            }
-            assert!(start.elapsed() < HANG, "the compose server on port {port} never answered");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
     pub fn topology(backend: &str) {
-        let (allowed, refused) = (free_port(), free_port());
+        let (allowed, refused) = (support::compose::free_port(), support::compose::free_port());
         let env = vec![("WORKCELL_DEMO_ALLOWED_PORT".to_string(), allowed.to_string()), ("WORKCELL_DEMO_REFUSED_PORT".to_string(), refused.to_string())];
         let up = Up { project: format!("wctest{}{}", backend, support::unique()), env };
         let out = compose(&up.project, &up.env, &["up", "-d", "--build"]);
         assert!(out.status.success(), "docker-compose up: {}", String::from_utf8_lossy(&out.stderr));
-        wait_until_serving(allowed);
-        wait_until_serving(refused);
+        support::compose::wait_until_serving(allowed);
+        support::compose::wait_until_serving(refused);
 
         // The example project, with the ports this test's servers got.
         let tmp = tempfile::tempdir().unwrap();

@@ -196,30 +196,6 @@ impl Drop for ComposeDown {
     }
 }
 
-/// A port free on 127.0.0.1 now (the compose server binds it next).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
-}
-
-/// Waits until `port` on 127.0.0.1 answers `GET /` with 200.
-fn wait_until_serving(port: u16) {
-    use std::io::{Read, Write};
-    let start = std::time::Instant::now();
-    loop {
-        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
-            let mut got = String::new();
-            let _ = s.read_to_string(&mut got);
-            if got.starts_with("HTTP/1.0 200") || got.starts_with("HTTP/1.1 200") {
-                return;
-            }
-        }
-        assert!(start.elapsed() < Duration::from_secs(60), "the compose server on port {port} never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The egress recipe: the README's lines, with the repository's `docker-compose.yml` started
 /// under a project name and ports of this test's own (parallel tests each start theirs; the
 /// copy's rules and worker name those ports instead of 18080 and 18081).
@@ -229,7 +205,7 @@ fn egress(backend: &str) {
         return;
     }
     let (_tmp, dir) = recipe_copy("egress");
-    let (allowed, refused) = (free_port(), free_port());
+    let (allowed, refused) = (support::compose::free_port(), support::compose::free_port());
     for file in ["workcell.yaml", "workers/fetch.worker"] {
         let text = std::fs::read_to_string(dir.join(file)).expect(file);
         std::fs::write(dir.join(file), text.replace("18080", &allowed.to_string()).replace("18081", &refused.to_string())).expect(file);
@@ -257,8 +233,8 @@ fn egress(backend: &str) {
             .expect("sh");
         assert!(out.status.success(), "`{line}` failed: {}", shown(&out));
         if line.contains(" up ") {
-            wait_until_serving(allowed);
-            wait_until_serving(refused);
+            support::compose::wait_until_serving(allowed);
+            support::compose::wait_until_serving(refused);
         } else if line.contains(" run --backend ") {
             run = Some(out);
         } else if line.contains(" audit ") {

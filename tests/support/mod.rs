@@ -4,6 +4,8 @@
 //! for host tools and the tests' Python ([`tools`]).
 #![allow(dead_code)]
 
+pub mod compose;
+pub mod doc_lines;
 pub mod fixture;
 pub mod remote;
 pub mod render;
