@@ -179,7 +179,11 @@ fn the_quick_start_is_the_readmes_first_sh_block() {
     let first = blocks("README.md", &text).into_iter().find(|b| b.lang() == "sh").expect("README.md has an sh block");
     assert_eq!(mark(&first), Ok(Mark::TestedBy("tests/as_root.rs".into())), "{}", first.at());
     let lines = support::first_sh_block_lines(&root().join("README.md"));
-    assert_eq!(lines, support::doc_lines::command_lines(&first.body, first.lang() == "console"), "support::first_sh_block_lines reads the block this test found");
+    assert_eq!(
+        lines,
+        support::doc_lines::command_lines(&first.body, first.lang() == "console"),
+        "support::first_sh_block_lines reads the block this test found"
+    );
     assert!(lines.iter().any(|l| l.contains("workcell run line-count")), "{lines:?}");
 }
 
