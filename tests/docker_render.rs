@@ -57,6 +57,12 @@ fn redact(v: &mut serde_json::Value, dir: &str, run_id: &str) {
             if o.contains_key("system") {
                 o.insert("system".into(), "[HOST SYSTEM LAYOUT]".into());
             }
+            // Which backend a run would get depends on this machine (is Docker there, may
+            // this user use it), not on the plan: tests/docker_group.rs and select.rs check it.
+            if let Some(runs_on) = o.get_mut("runs_on") {
+                assert!(runs_on["why"].as_str().is_some_and(|w| !w.is_empty()), "{runs_on}");
+                *runs_on = "[THIS MACHINE]".into();
+            }
             if let Some(u) = o.get_mut("User") {
                 *u = "[UID]:[GID]".into();
             }

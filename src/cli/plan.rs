@@ -56,15 +56,15 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     }
     // The backend a run would get, decided as `run` decides it; a rendering was asked for by name.
     let runs_on = match args.backend {
-        Some(crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt) => (None, String::new()),
-        _ => backend_text(&plan, choice, project.require_os_sandbox),
+        Some(crate::config::BackendChoice::Bwrap | crate::config::BackendChoice::Seatbelt) => RunsOn { selected: None, why: String::new() },
+        _ => RunsOn::of(&plan, choice, project.require_os_sandbox),
     };
     let access = match choice {
         crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
         _ => crate::plan::access::check_sandbox(
             &sandbox,
             plan.user,
-            choice == crate::config::BackendChoice::Bwrap || runs_on.0 == Some(crate::backend::Selected::Bwrap),
+            choice == crate::config::BackendChoice::Bwrap || runs_on.selected == Some(crate::backend::Selected::Bwrap),
         )
         .map_err(|e| CliError::Usage(e.to_string())),
     };
@@ -72,12 +72,31 @@ pub fn run(cli: &Cli, args: &PlanArgs) -> Result<i32, CliError> {
     access.map(|()| 0)
 }
 
-/// The backend a run of `plan` would get and why (`run::choose`), as `bwrap (docker cannot
-/// run this here: …)`; `None` when no backend can run it, with the reason.
-fn backend_text(plan: &LaunchPlan, choice: crate::config::BackendChoice, require_os_sandbox: bool) -> (Option<crate::backend::Selected>, String) {
-    match crate::run::choose::choose(choice, plan, None, require_os_sandbox) {
-        Ok(c) => (Some(c.selected), format!("{} ({})", c.selected.name(), c.reason(choice))),
-        Err(e) => (None, format!("nothing: {e}")),
+/// The backend a run of a plan would get and why, decided as `run` decides it (`run::choose`).
+struct RunsOn {
+    /// `None` when no backend can run it.
+    selected: Option<crate::backend::Selected>,
+    why: String,
+}
+
+impl RunsOn {
+    fn of(plan: &LaunchPlan, choice: crate::config::BackendChoice, require_os_sandbox: bool) -> RunsOn {
+        match crate::run::choose::choose(choice, plan, None, require_os_sandbox) {
+            Ok(c) => RunsOn { selected: Some(c.selected), why: c.reason(choice) },
+            Err(e) => RunsOn { selected: None, why: e.to_string() },
+        }
+    }
+
+    /// `bwrap (docker cannot run this here: …)`, or `nothing: WHY`.
+    fn text(&self) -> String {
+        match self.selected {
+            Some(s) => format!("{} ({})", s.name(), self.why),
+            None => format!("nothing: {}", self.why),
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({"backend": self.selected.map(crate::backend::Selected::name), "why": self.why})
     }
 }
 
@@ -85,7 +104,7 @@ fn print_plan(
     args: &PlanArgs,
     plan: &LaunchPlan,
     sandbox: &crate::sandbox::Sandbox,
-    runs_on: &(Option<crate::backend::Selected>, String),
+    runs_on: &RunsOn,
 ) -> Result<i32, CliError> {
     let plan = plan.clone();
     // The renderings of backends that would refuse this plan are not shown as if they would run.
@@ -103,7 +122,7 @@ fn print_plan(
         let mut v = serde_json::to_value(&plan).unwrap_or_default();
         if let Some(obj) = v.as_object_mut() {
             obj.insert("docker".into(), docker);
-            obj.insert("runs_on".into(), serde_json::json!({"backend": runs_on.0.map(crate::backend::Selected::name), "why": runs_on.1}));
+            obj.insert("runs_on".into(), runs_on.json());
             let way = |b| crate::run::resident::Exec::for_plan(&plan.image, b);
             obj.insert(
                 "mcp_session".into(),
@@ -117,7 +136,7 @@ fn print_plan(
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         outln!("{}   {}", heading("worker:"), escape(plan.worker.as_deref().unwrap_or("(ad hoc)")));
-        outln!("{}  {}", heading("backend:"), escape(&runs_on.1));
+        outln!("{}  {}", heading("backend:"), escape(&runs_on.text()));
         outln!("{}    {}", heading("image:"), image_text(&plan.image));
         outln!("{}  {}", heading("command:"), escape(&shlex::try_join(plan.command.iter().map(String::as_str)).unwrap_or_default()));
         outln!("{}  {}", heading("network:"), network_text(&plan));
@@ -140,7 +159,7 @@ fn print_plan(
         print_protected(&plan);
         outln!("{}   {}", heading("limits:"), limits_text(&plan.limits));
         outln!("{}      one sandbox per session, commands by {}", heading("mcp:"), crate::run::resident::Exec::summary(&plan.image));
-        match crate::pool::why_not(&plan, runs_on.0.unwrap_or(crate::backend::Selected::Docker)) {
+        match crate::pool::why_not(&plan, runs_on.selected.unwrap_or(crate::backend::Selected::Docker)) {
             None => outln!("{}     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)", heading("pool:")),
             Some(why) => outln!("{}     not pooled: {why}", heading("pool:")),
         }

@@ -20,10 +20,10 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
     let sandbox = &project.sandbox;
     let ov = Overrides { command: Some(vec![STAND_IN.into()]), runtime, ..Overrides::default() };
     let plan = LaunchPlan::build(project, None, sandbox, &ov).map_err(|e| CliError::Usage(e.to_string()))?;
-    let (selected, backend_why) = super::backend_text(&plan, backend, project.require_os_sandbox);
+    let runs_on = super::RunsOn::of(&plan, backend, project.require_os_sandbox);
     let access = match backend {
         crate::config::BackendChoice::Seatbelt | crate::config::BackendChoice::None => Ok(()),
-        _ => crate::plan::access::check_sandbox(sandbox, plan.user, selected == Some(crate::backend::Selected::Bwrap))
+        _ => crate::plan::access::check_sandbox(sandbox, plan.user, runs_on.selected == Some(crate::backend::Selected::Bwrap))
             .map_err(|e| CliError::Usage(e.to_string())),
     };
     let file = project.file.as_ref().map(|f| f.display().to_string());
@@ -32,7 +32,7 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
         let v = json!({
             "project": file,
             "backend": project.defaults.backend,
-            "runs_on": {"backend": selected.map(crate::backend::Selected::name), "why": backend_why},
+            "runs_on": runs_on.json(),
             "image": plan.image,
             "zones": sandbox.mounts(),
             "network": plan.network,
@@ -48,7 +48,7 @@ pub fn print(project: &Project, json: bool, runtime: Option<String>, backend: cr
         outln!("{}", heading("The project's sandbox (`workcell plan WORKER` or `workcell plan -- COMMAND` plans a run):"));
         outln!("{}  {}", heading("project:"), escape(file.as_deref().unwrap_or("(no workcell.yaml)")));
         let named = serde_json::to_value(backend).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        outln!("{}  {named}: runs on {backend_why}", heading("backend:"));
+        outln!("{}  {named}: runs on {}", heading("backend:"), escape(&runs_on.text()));
         outln!("{}    {}", heading("image:"), image_text(&plan.image));
         outln!("{}", heading("zones:"));
         if sandbox.mounts().is_empty() {
