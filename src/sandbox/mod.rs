@@ -446,6 +446,13 @@ impl Sandbox {
         self.check_size_vp(&vp, path, size, "read")
     }
 
+    /// Refuses writing `size` bytes to `path` when that is above its mount's `max_file_bytes`:
+    /// asked before the content is decoded or anybody is asked about the write.
+    pub fn check_write_size(&self, path: &str, size: u64) -> Result<(), SandboxError> {
+        let vp = self.parse(path)?;
+        self.check_size_vp(&vp, path, size, "write")
+    }
+
     fn check_suffix_vp(&self, vp: &VirtualPath, shown: &str) -> Result<(), SandboxError> {
         let m = &self.mounts[vp.mount];
         let Some(allowed) = &m.suffixes else { return Ok(()) };

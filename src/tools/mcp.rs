@@ -178,9 +178,11 @@ impl McpServer {
         }
     }
 
-    /// Serves on stdin/stdout until the client disconnects.
+    /// Serves on stdin/stdout until the client disconnects; a message over the transport's
+    /// limit is answered with an error ([`super::mcp_stdio`]).
     pub async fn serve_stdio(self) -> Result<(), McpError> {
-        let running = self.serve(rmcp::transport::stdio()).await.map_err(Box::new)?;
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let running = self.serve(super::mcp_stdio::Stdio::new(stdin, stdout)).await.map_err(Box::new)?;
         running.waiting().await?;
         Ok(())
     }

@@ -8,6 +8,8 @@ pub mod elicit;
 pub mod git_guard;
 pub mod launchers;
 pub mod mcp;
+mod mcp_id;
+pub mod mcp_stdio;
 pub mod service;
 pub mod shell;
 mod shell_builtins;

@@ -222,7 +222,7 @@ impl ToolService {
                 let a: WriteArgs = args(tool, v)?;
                 match a.encoding {
                     Encoding::Utf8 => self.write_file(&a.path, &a.content),
-                    Encoding::Base64 => self.write_file_bytes(&a.path, &encoding::decode(&a.path, &a.content)?),
+                    Encoding::Base64 => self.write_file_base64(&a.path, &a.content),
                 }
             }
             "edit_file" => {
@@ -327,6 +327,7 @@ impl ToolService {
         sb.resolve_for_write(path)?;
         sb.check_suffix(path)?;
         sb.check_hostrun(path)?;
+        sb.check_write_size(path, content.len() as u64)?;
         self.gate(sb.mount_of(path), Action::Write, path)?;
         sb.write_bytes(path, content)?;
         Ok(json!({"path": path, "bytes": content.len()}))
@@ -339,7 +340,10 @@ impl ToolService {
         sb.check_suffix(path)?;
         sb.check_hostrun(path)?;
         // Check the match before asking, so a person approves an edit that can happen.
-        drop(sb.check_edit(path, old)?);
+        // And the size of the result, so nobody is asked about a file too large to write.
+        let text = sb.check_edit(path, old)?;
+        sb.check_write_size(path, (text.len() - old.len() + new.len()) as u64)?;
+        drop(text);
         self.gate(sb.mount_of(path), Action::Write, path)?;
         sb.edit(path, old, new)?;
         Ok(json!({"path": path, "edited": true}))
