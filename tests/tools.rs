@@ -30,10 +30,11 @@ fn refused(d: &ShellDecision) -> &str {
 fn shell_syntax_is_parsed_and_broken_syntax_refused() {
     let (_t, p) = project();
     let policy = ShellPolicy::default();
-    // Shell features are no longer refused: the command runs under `/bin/sh -c`, after approval.
+    // Shell features are no longer refused: the command runs under `bash -c` (the judge's
+    // dialect), after approval.
     for cmd in ["ls; ls -l", "true && ls", "echo $(whoami)", "echo ${HOME}", "cat a | wc -l", "echo `id`", "echo hi > /out/x", "sleep 10 &"] {
         match policy.decide(cmd, &p.sandbox) {
-            ShellDecision::Allowed { args, approval_required: true, .. } => assert_eq!(args, ["/bin/sh", "-c", cmd]),
+            ShellDecision::Allowed { args, approval_required: true, .. } => assert_eq!(args, ["/bin/bash", "-p", "-c", cmd]),
             other => panic!("{cmd}: {other:?}"),
         }
     }

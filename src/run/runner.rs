@@ -15,7 +15,7 @@ use crate::plan::{LaunchPlan, Overrides};
 use crate::sandbox::Sandbox;
 use crate::tools::approval::{terminal_available, ApprovalMode, Approver, Preapproved, Prompter, TerminalPrompter};
 use crate::tools::elicit::{ElicitPrompter, Elicitation};
-use crate::tools::service::{Attachment, Caller, RunFailure, SandboxRunner, ShellOutput, ShellRun, ToolService};
+use crate::tools::service::{Attachment, Caller, Dialect, RunFailure, SandboxRunner, ShellOutput, ShellRun, ToolService};
 
 /// Runs commands on a backend chosen like `workcell run` chooses.
 #[derive(Debug, Clone)]
@@ -239,6 +239,12 @@ impl SandboxRunner for BackendRunner {
             Some(running) => running.workdir.clone(),
             None => crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)),
         }
+    }
+
+    /// The image commands run on: the running container's, else the project's (every fresh
+    /// or session sandbox of a shell command is an ad-hoc run on `defaults.image`).
+    fn dialect(&self) -> Dialect {
+        Dialect::for_image(self.exec_in.get().map_or(&self.project.defaults.image, |running| &running.image))
     }
 
     fn run_worker(

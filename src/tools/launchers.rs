@@ -2,7 +2,10 @@
 //! to its name (`/bin/rm` → `rm`), then through known launchers (`env rm`, `busybox rm`,
 //! `nice -n 5 rm`, `sh -c "rm x"`, `find -exec rm {} +`, …) recursively. Shell rules deny a
 //! command when *any* of these programs is denied, and pre-approve one only when it runs no
-//! launcher at all.
+//! launcher at all. A launcher whose program is only known at run time (`xargs -I`, `xargs sh`,
+//! `find -exec sh -c {}`, `parallel`, `env -S`) cannot be read: the chain is opaque.
+
+use super::shell_dialect::Dialect;
 
 /// Launchers nested deeper than this are not followed (the command is then opaque).
 const MAX_DEPTH: usize = 16;
@@ -23,9 +26,9 @@ pub struct Chain {
     /// Set when a launcher's words could not be read (an option it is not known to take, a
     /// shell string with globs, nesting too deep): which program runs is then unknown.
     pub opaque: Option<String>,
-    /// Shell strings the chain runs (`sh -c STRING`, at any depth): the caller parses and
-    /// judges them as scripts (`shell_script`).
-    pub scripts: Vec<String>,
+    /// Shell strings the chain runs (`sh -c STRING`, at any depth), with the dialect of the
+    /// shell that runs each: the caller parses and judges them as scripts (`shell_script`).
+    pub scripts: Vec<(String, Dialect)>,
 }
 
 impl Chain {
@@ -62,13 +65,14 @@ pub fn is_launcher(name: &str) -> bool {
             | "xargs"
             | "flock"
             | "find"
+            | "parallel"
     ) || SHELLS.contains(&name)
 }
 
 /// The programs `argv` runs.
 pub fn analyse(argv: &[String]) -> Chain {
     let mut chain = Chain::default();
-    walk(argv, &mut chain, 0);
+    walk(argv, &mut chain, 0, Via::default());
     chain
 }
 
@@ -77,19 +81,37 @@ pub fn analyse(argv: &[String]) -> Chain {
 enum Unreadable {
     #[error("unknown option '{0}'")]
     UnknownOption(String),
-    #[error("-S needs a string")]
-    SplitMissing,
-    /// An option cluster of env's holding `S` (`-iS…`).
-    #[error("'{0}' bundles -S")]
-    SplitBundled(String),
-    #[error("the -S string uses escapes, variables (env expands `${{NAME}}`) or comments, so the program it runs cannot be told")]
-    SplitEscapes,
-    #[error("-S string cannot be split")]
-    SplitUnbalanced,
+    /// `-S`, `--split-string` or a cluster holding `S` (`-iS…`): env splits the string by
+    /// rules of its own (escapes, `${NAME}`, comments).
+    #[error("'{0}' splits a string into the program and its words by env's own rules")]
+    Split(String),
     #[error("-c runs a shell string")]
     FlockShell,
     #[error("without -c (or with -s) the shell reads its commands from standard input")]
     ShellStdin,
+    #[error("-c runs a string in {0}'s own language, which is not judged")]
+    ShellGrammar(String),
+    #[error("'{0}' puts each input line into the command, so the program it runs is only known at run time")]
+    XargsReplace(String),
+    #[error("xargs adds words from its input to '{0}', which may make it run any program")]
+    XargsLauncher(String),
+    #[error("xargs gives words from its input to the shell, which may run them as commands")]
+    XargsShell,
+    #[error("find puts each file name into '{0}', where it is read as a program or as shell code")]
+    FindName(String),
+    #[error("parallel builds its commands from its arguments and input at run time")]
+    Parallel,
+}
+
+/// What started the program being walked: which of its words are only known at run time.
+#[derive(Debug, Clone, Copy, Default)]
+struct Via {
+    /// `xargs` (at any depth above): words from its input are added at the end.
+    xargs: bool,
+    /// `find -exec` (at any depth above): `{}` becomes a file name.
+    find: bool,
+    /// `busybox` right above: its `sh`, `ash`, `bash` are all ash.
+    busybox: bool,
 }
 
 /// Options of one launcher: short letters taking a value, short flags, long options taking
@@ -152,9 +174,9 @@ fn skip_opts(words: &[String], o: &Opts) -> Result<usize, Unreadable> {
     Ok(words.len())
 }
 
-const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh"];
+const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "yash", "posh", "hush"];
 
-fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
+fn walk(argv: &[String], chain: &mut Chain, depth: usize, via: Via) {
     let Some(word) = argv.first() else { return };
     if depth > MAX_DEPTH {
         chain.opaque = Some("launchers are nested too deeply".into());
@@ -164,6 +186,11 @@ fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
     let rest = &argv[1..];
     chain.stages.push(Stage { name: name.clone(), args: rest.to_vec() });
     let next: Result<Option<Vec<String>>, Unreadable> = match name.as_str() {
+        _ if via.find && word.contains("{}") => Err(Unreadable::FindName(word.clone())),
+        // xargs appends its input's words: to find they can be `-exec PROGRAM`, to xargs options.
+        "find" | "xargs" if via.xargs => Err(Unreadable::XargsLauncher(name.clone())),
+        n if via.xargs && SHELLS.contains(&n) => Err(Unreadable::XargsShell),
+        "parallel" => Err(Unreadable::Parallel),
         "env" => env_program(rest),
         "busybox" => Ok(rest.first().filter(|w| !w.starts_with('-')).map(|_| rest.to_vec())),
         "nice" => after(rest, &Opts { short_val: "n", short_flag: "", long_val: &["adjustment"], long_flag: &[], numeric: true }, 0),
@@ -236,21 +263,30 @@ fn walk(argv: &[String], chain: &mut Chain, depth: usize) {
         "xargs" => xargs_program(rest),
         "flock" => flock_program(rest),
         "find" => {
-            find_programs(rest, chain, depth);
+            find_programs(rest, chain, depth, via);
             Ok(None)
         }
         n if SHELLS.contains(&n) => match shell_program(rest) {
-            Ok(Some(script)) => {
-                chain.scripts.push(script);
-                Ok(None)
-            }
+            Ok(Some(script)) => match if via.busybox { Some(Dialect::Posix) } else { Dialect::of_shell(n) } {
+                None => Err(Unreadable::ShellGrammar(n.to_string())),
+                Some(_) if via.find && script.contains("{}") => Err(Unreadable::FindName(script)),
+                Some(dialect) => {
+                    chain.scripts.push((script, dialect));
+                    Ok(None)
+                }
+            },
             Ok(None) => Ok(None),
             Err(e) => Err(e),
         },
         _ => Ok(None),
     };
+    let via = Via { busybox: name == "busybox", xargs: via.xargs || name == "xargs", ..via };
     match next {
-        Ok(Some(words)) => walk(&words, chain, depth + 1),
+        Ok(Some(words)) => walk(&words, chain, depth + 1, via),
+        // A launcher with no program of its own under xargs gets its program from the input.
+        Ok(None) if via.xargs && name != "xargs" && is_launcher(&name) && !SHELLS.contains(&name.as_str()) && name != "find" => {
+            chain.opaque.get_or_insert(format!("{name}: {}", Unreadable::XargsLauncher(name.clone())));
+        }
         Ok(None) => {}
         Err(why) => {
             chain.opaque.get_or_insert(format!("{name}: {why}"));
@@ -274,9 +310,9 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
         long_flag: &["ignore-environment", "null", "debug", "default-signal", "ignore-signal", "block-signal", "list-signal-handling"],
         numeric: false,
     };
-    // `-S STRING` splits STRING into words that come before the rest: read them too.
-    // Only env's own options are rewritten: the first word that is neither an option nor an
-    // option's value ends them (`env ls -S` passes `-S` to ls).
+    // Only env's own options are read: the first word that is neither an option nor an
+    // option's value ends them (`env ls -S` passes `-S` to ls). `-S STRING` would split STRING
+    // into words by env's own rules: not read.
     let mut words: Vec<String> = Vec::new();
     let mut i = 0;
     while i < rest.len() {
@@ -284,22 +320,15 @@ fn env_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
         if w == "--" || !w.starts_with('-') {
             break;
         }
-        let split = if w == "-S" || w == "--split-string" {
-            i += 1;
-            Some(rest.get(i).cloned().ok_or(Unreadable::SplitMissing)?)
-        } else {
-            w.strip_prefix("--split-string=").or_else(|| w.strip_prefix("-S").filter(|s| !s.is_empty())).map(str::to_string)
-        };
-        match split {
-            Some(s) => words.extend(env_split(&s)?),
-            // `env -` is `env -i`.
-            None if w == "-" => {}
-            None => {
-                words.push(w.clone());
-                if env_value_in_next_word(w)? {
-                    i += 1;
-                    words.extend(rest.get(i).cloned());
-                }
+        if w.starts_with("-S") || w.starts_with("--split-string") {
+            return Err(Unreadable::Split(w.clone()));
+        }
+        // `env -` is `env -i`.
+        if w != "-" {
+            words.push(w.clone());
+            if env_value_in_next_word(w)? {
+                i += 1;
+                words.extend(rest.get(i).cloned());
             }
         }
         i += 1;
@@ -321,7 +350,7 @@ fn env_value_in_next_word(w: &str) -> Result<bool, Unreadable> {
     }
     for (at, c) in w.char_indices().skip(1) {
         match c {
-            'S' => return Err(Unreadable::SplitBundled(w.into())),
+            'S' => return Err(Unreadable::Split(w.into())),
             'u' | 'C' => return Ok(at + 1 == w.len()),
             _ => {}
         }
@@ -329,27 +358,26 @@ fn env_value_in_next_word(w: &str) -> Result<bool, Unreadable> {
     Ok(false)
 }
 
-/// The words of env's `-S STRING`. env reads escapes in it that shlex does not (`\_` is a
-/// word separator, `\c` ends the string), `${NAME}` variables and comments from `#`, so such
-/// strings are not read.
-fn env_split(s: &str) -> Result<Vec<String>, Unreadable> {
-    if s.contains(['\\', '#', '$']) {
-        return Err(Unreadable::SplitEscapes);
-    }
-    shlex::split(s).ok_or(Unreadable::SplitUnbalanced)
-}
-
 /// `xargs [OPTIONS] [PROGRAM ARGS]`: the program (default `echo`) gets more arguments from
 /// standard input (empty in the shell tool) or from `-a FILE`.
 fn xargs_program(rest: &[String]) -> Result<Option<Vec<String>>, Unreadable> {
     let o = Opts {
-        short_val: "adEILnPs",
+        short_val: "adEIJLnPs",
         short_flag: "0eilprtx",
         long_val: &["arg-file", "delimiter", "max-lines", "max-args", "max-procs", "max-chars", "process-slot-var"],
         long_flag: &["null", "eof", "replace", "interactive", "no-run-if-empty", "verbose", "exit", "show-limits", "open-tty"],
         numeric: false,
     };
     let i = skip_opts(rest, &o)?;
+    // `-I R`, `-i`, `--replace` (GNU) and `-J R` (BSD) put input lines anywhere in the
+    // command, the program word included.
+    for w in rest[..i].iter().take_while(|w| *w != "--") {
+        let short = w.strip_prefix('-').filter(|b| !b.starts_with('-')).unwrap_or_default();
+        let replaces = short.chars().take_while(|c| !"adELnPs".contains(*c)).any(|c| "iIJ".contains(c));
+        if w.starts_with("--replace") || replaces {
+            return Err(Unreadable::XargsReplace(w.clone()));
+        }
+    }
     Ok(Some(if i < rest.len() { rest[i..].to_vec() } else { vec!["echo".into()] }))
 }
 
@@ -412,7 +440,7 @@ fn shell_program(rest: &[String]) -> Result<Option<String>, Unreadable> {
 
 /// `find … -exec PROGRAM ARGS {} +` (and `-execdir`, `-ok`, `-okdir`) runs PROGRAM;
 /// `-delete` deletes like `rm` and is listed as `rm`.
-fn find_programs(rest: &[String], chain: &mut Chain, depth: usize) {
+fn find_programs(rest: &[String], chain: &mut Chain, depth: usize, via: Via) {
     let mut i = 0;
     while i < rest.len() {
         match rest[i].as_str() {
@@ -423,7 +451,7 @@ fn find_programs(rest: &[String], chain: &mut Chain, depth: usize) {
                 while end < rest.len() && rest[end] != ";" && !(rest[end] == "+" && end > start && rest[end - 1] == "{}") {
                     end += 1;
                 }
-                walk(&rest[start..end], chain, depth + 1);
+                walk(&rest[start..end], chain, depth + 1, Via { find: true, busybox: false, ..via });
                 i = end + 1;
             }
             "-delete" => {

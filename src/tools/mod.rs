@@ -13,6 +13,7 @@ pub mod mcp_stdio;
 pub mod service;
 pub mod shell;
 mod shell_builtins;
+pub mod shell_dialect;
 pub mod shell_paths;
 pub mod shell_script;
 mod shell_words;

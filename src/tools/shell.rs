@@ -6,8 +6,9 @@
 use serde::Serialize;
 
 use super::launchers::{program_name, Stage};
+use super::shell_dialect::Dialect;
 use super::shell_paths;
-use super::shell_script::{analyse_script, Command, Cwd, Redirect, Script, NONLITERAL};
+use super::shell_script::{analyse_script_as, Command, Cwd, Redirect, Script, NONLITERAL};
 use crate::config::{Rule, ShellRule};
 use crate::sandbox::Sandbox;
 
@@ -113,18 +114,19 @@ impl ShellPolicy {
         self.decide_in(command, sandbox, &crate::plan::default_workdir(&crate::plan::mounts_for(sandbox)))
     }
 
-    /// Decides about `command`, run in `workdir` (relative paths are judged from there).
+    /// Decides about `command`, run in `workdir` (relative paths are judged from there) by bash.
     pub fn decide_in(&self, command: &str, sandbox: &Sandbox, workdir: &str) -> ShellDecision {
-        self.decide_call(command, sandbox, workdir, false)
+        self.decide_call(command, sandbox, workdir, false, Dialect::Bash)
     }
 
-    /// Decides about `command`, run in `workdir`; `env_given` when the call adds environment
+    /// Decides about `command`, run in `workdir` by the shell of `dialect` (the line is
+    /// judged in its grammar, and the decision's args run it there); `env_given` when the call adds environment
     /// variables (which change what a program does, so no allow rule pre-approves it then):
     /// `tool_rules.shell.allowed` → every program against the rules in order (a deny rule
     /// matching any program, or any part that cannot be judged while a deny rule exists,
     /// refuses) → redirections into files → pre-approval when allow rules cover every program
     /// → `shell_default` → `tool_rules.shell.approval_required` (default: ask).
-    pub fn decide_call(&self, command: &str, sandbox: &Sandbox, workdir: &str, env_given: bool) -> ShellDecision {
+    pub fn decide_call(&self, command: &str, sandbox: &Sandbox, workdir: &str, env_given: bool, dialect: Dialect) -> ShellDecision {
         let refuse = |reason: String| ShellDecision::Refused { reason };
         if self.tool.allowed == Some(false) {
             return refuse("the shell tool is disabled for this worker (tool_rules.shell.allowed: false)".into());
@@ -132,10 +134,14 @@ impl ShellPolicy {
         if let Err(e) = check_control_characters(command) {
             return refuse(e.to_string());
         }
-        let script = match analyse_script(command, workdir) {
+        let script = match analyse_script_as(command, workdir, dialect) {
             Ok(s) => s,
             Err(e) => return refuse(format!("the command cannot be parsed as a shell command line ({e})")),
         };
+        // Read otherwise by the shell that would run it: what the judge saw is not what runs.
+        if let Some(why) = script.foreign.first() {
+            return refuse(why.clone());
+        }
         if script.commands.is_empty() && script.redirects.is_empty() && script.assigns.is_empty() && script.opaque.is_empty() {
             return refuse("the command is empty".into());
         }
@@ -164,7 +170,7 @@ impl ShellPolicy {
         }
         if let Some(pre) = self.preapproved(&script, &covered, unjudged.is_empty() && !env_given, sandbox) {
             return match pre {
-                Ok((approval_required, rule)) => ShellDecision::Allowed { args: run_args(&script, command), approval_required, rule: Some(rule) },
+                Ok((approval_required, rule)) => ShellDecision::Allowed { args: run_args(&script, command, dialect), approval_required, rule: Some(rule) },
                 Err(reason) => refuse(reason),
             };
         }
@@ -190,7 +196,7 @@ impl ShellPolicy {
             ));
         }
         let approval_required = self.default.approval_required.or(self.tool.approval_required).unwrap_or(true);
-        ShellDecision::Allowed { args: run_args(&script, command), approval_required, rule: None }
+        ShellDecision::Allowed { args: run_args(&script, command, dialect), approval_required, rule: None }
     }
 
     /// The first rule that decides about `cmd`: a deny rule naming any program it runs (or
@@ -316,9 +322,9 @@ fn paths_in(args: &[String], allowed: &[String], sandbox: &Sandbox, cwd: &Cwd) -
 }
 
 /// How the command is run: its words when it is one plain program, else the text given to
-/// `/bin/sh -c` exactly as judged.
-fn run_args(script: &Script, command: &str) -> Vec<String> {
-    script.argv.clone().unwrap_or_else(|| vec!["/bin/sh".into(), "-c".into(), command.into()])
+/// the shell of the dialect it was judged in, exactly as judged.
+fn run_args(script: &Script, command: &str, dialect: Dialect) -> Vec<String> {
+    script.argv.clone().unwrap_or_else(|| dialect.argv(command))
 }
 
 /// Why a redirection was not accepted.

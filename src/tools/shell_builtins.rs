@@ -5,7 +5,84 @@
 use brush_parser::ast::{self, CompoundCommand as CC};
 
 use super::launchers::program_name;
-use super::shell_script::{dangerous_name, options, Cwd, Redirect, Walker, Word, NAME_BUILTINS};
+use super::shell_script::{dangerous_name, options, Cwd, Redirect, Script, Walker, Word, NAME_BUILTINS, NONLITERAL};
+
+/// Builtins that only a shell can run (or that change the shell itself).
+const SHELL_ONLY: &[&str] = &[
+    "cd",
+    "pushd",
+    "popd",
+    "dirs",
+    "export",
+    "unset",
+    "set",
+    "shopt",
+    "exit",
+    "return",
+    "break",
+    "continue",
+    "shift",
+    "read",
+    "eval",
+    "exec",
+    ".",
+    "source",
+    "alias",
+    "unalias",
+    "ulimit",
+    "umask",
+    "trap",
+    "wait",
+    "jobs",
+    "fg",
+    "bg",
+    "local",
+    "declare",
+    "typeset",
+    "readonly",
+    "hash",
+    "type",
+    "command",
+    "builtin",
+    "getopts",
+    "let",
+    "history",
+    "times",
+    "enable",
+    "mapfile",
+    "readarray",
+    "caller",
+    "fc",
+    "bind",
+    "complete",
+    "compgen",
+    "disown",
+    "suspend",
+    "logout",
+    ":",
+];
+
+/// The argv of a command line that is exactly one simple command of literal words with no
+/// redirection, assignment or builtin: run without a shell, as before shell syntax existed.
+pub(super) fn direct_argv(program: &ast::Program, script: &Script) -> Option<Vec<String>> {
+    let [list] = program.complete_commands.as_slice() else { return None };
+    let [ast::CompoundListItem(and_or, ast::SeparatorOperator::Sequence)] = list.0.as_slice() else { return None };
+    let p = &and_or.first;
+    if !and_or.additional.is_empty() || p.bang || p.timed.is_some() || p.seq.len() != 1 {
+        return None;
+    }
+    let ast::Command::Simple(simple) = &p.seq[0] else { return None };
+    let [cmd] = script.commands.as_slice() else { return None };
+    let plain = simple.prefix.is_none()
+        && script.opaque.is_empty()
+        && script.redirects.is_empty()
+        && script.assigns.is_empty()
+        && !cmd.assigned
+        && cmd.words.iter().all(|w| !w.starts_with(NONLITERAL))
+        && simple.suffix.as_ref().is_none_or(|s| s.0.iter().all(|i| matches!(i, ast::CommandPrefixOrSuffixItem::Word(_))))
+        && !SHELL_ONLY.contains(&cmd.words[0].as_str());
+    plain.then(|| cmd.words.clone())
+}
 
 impl Walker {
     /// What the builtin `prog` (with `rest`) does to the walk: `Some` directories after it
@@ -56,7 +133,12 @@ impl Walker {
                 Some((src, None)) => self.opaque(format!("the trap action '{src}' is a shell expansion")),
             },
             "." | "source" => self.opaque(format!("'{}' runs a file as a script", shown)),
-            "alias" | "enable" | "fc" if !rest.is_empty() => self.opaque(format!("'{}' changes or reruns what the shell runs", shown)),
+            "alias" | "enable" | "fc" if !rest.is_empty() => {
+                if name == "alias" {
+                    self.foreign("`alias`", "write the command out (sh expands aliases in the rest of the line; bash -c does not)");
+                }
+                self.opaque(format!("'{}' changes or reruns what the shell runs", shown))
+            }
             "hash" if rest.iter().any(|(_, l)| l.as_deref().is_none_or(|l| l.starts_with("-p"))) => {
                 self.opaque(format!("'{}' names the file the shell runs for a program", shown))
             }
@@ -129,6 +211,7 @@ impl Walker {
     pub(super) fn redirect(&mut self, r: &ast::IoRedirect, cwd: &Cwd, command: Option<usize>) {
         use ast::IoFileRedirectKind as K;
         use ast::IoFileRedirectTarget as T;
+        self.posix_redirect(r);
         let text = r.to_string();
         let file = |w: &mut Walker, word: &str, write: bool| {
             let target = w.word(word, cwd);

@@ -5,9 +5,10 @@
 //! walk cannot tell (a program named by an expansion, `source`, aliases, arithmetic that reads
 //! variables) is listed as opaque, naming the part. Pure: the sandbox is consulted later.
 //!
-//! The text is parsed as bash, the widest dialect a sandbox's `/bin/sh` may be; constructs a
-//! plainer `sh` reads differently either fail there (`[[`, `<(…)`) or run programs this walk
-//! also judges (`coproc`, `time`, `function`).
+//! The text is parsed as bash. It is judged in the dialect of the shell that runs it
+//! (`shell_dialect`): as bash when bash runs it, else as POSIX sh, where every construct sh
+//! reads otherwise is listed as foreign and the line refused. Nested strings are judged in
+//! the dialect of the shell that runs them (`sh -c` POSIX, `bash -c` bash, `zsh -c` not at all).
 
 use std::collections::BTreeSet;
 
@@ -15,6 +16,7 @@ use brush_parser::ast;
 use brush_parser::ParserOptions;
 
 use super::launchers::{analyse, is_launcher, Chain};
+use super::shell_dialect::{grammar_differs, lexical_trap, Dialect};
 
 /// Marks a word the shell expands (its source text follows): never equal to a literal word,
 /// since a command holding U+0000 is refused before it is parsed.
@@ -33,6 +35,9 @@ pub struct Script {
     pub commands: Vec<Command>,
     /// Parts whose program cannot be told, each saying which part and why.
     pub opaque: Vec<String>,
+    /// Constructs the shell that runs the line reads otherwise than the judge: the line is
+    /// refused, each saying what to write instead.
+    pub foreign: Vec<String>,
     /// Redirections to files.
     pub redirects: Vec<Redirect>,
     /// Variables the command line sets (they change what programs run; no allow rule covers
@@ -155,100 +160,31 @@ fn parse(text: &str) -> Result<ast::Program, ParseError> {
     parser.parse_program().map_err(|e| ParseError(e.to_string()))
 }
 
-/// Parses `text` (run in `workdir`) and lists what it runs.
+/// Parses `text` (run in `workdir` by bash) and lists what it runs.
 pub fn analyse_script(text: &str, workdir: &str) -> Result<Script, ParseError> {
-    let program = parse(text)?;
-    let mut w = Walker::default();
-    w.program(&program, &Cwd::at(workdir));
-    let mut script = w.out;
-    script.argv = direct_argv(&program, &script);
-    let mut seen = BTreeSet::new();
-    script.opaque.retain(|o| seen.insert(o.clone()));
-    Ok(script)
+    analyse_script_as(text, workdir, Dialect::Bash)
 }
 
-/// Builtins that only a shell can run (or that change the shell itself).
-const SHELL_ONLY: &[&str] = &[
-    "cd",
-    "pushd",
-    "popd",
-    "dirs",
-    "export",
-    "unset",
-    "set",
-    "shopt",
-    "exit",
-    "return",
-    "break",
-    "continue",
-    "shift",
-    "read",
-    "eval",
-    "exec",
-    ".",
-    "source",
-    "alias",
-    "unalias",
-    "ulimit",
-    "umask",
-    "trap",
-    "wait",
-    "jobs",
-    "fg",
-    "bg",
-    "local",
-    "declare",
-    "typeset",
-    "readonly",
-    "hash",
-    "type",
-    "command",
-    "builtin",
-    "getopts",
-    "let",
-    "history",
-    "times",
-    "enable",
-    "mapfile",
-    "readarray",
-    "caller",
-    "fc",
-    "bind",
-    "complete",
-    "compgen",
-    "disown",
-    "suspend",
-    "logout",
-    ":",
-];
-
-/// The argv of a command line that is exactly one simple command of literal words with no
-/// redirection, assignment or builtin: run without a shell, as before shell syntax existed.
-fn direct_argv(program: &ast::Program, script: &Script) -> Option<Vec<String>> {
-    let [list] = program.complete_commands.as_slice() else { return None };
-    let [ast::CompoundListItem(and_or, ast::SeparatorOperator::Sequence)] = list.0.as_slice() else { return None };
-    let p = &and_or.first;
-    if !and_or.additional.is_empty() || p.bang || p.timed.is_some() || p.seq.len() != 1 {
-        return None;
-    }
-    let ast::Command::Simple(simple) = &p.seq[0] else { return None };
-    let [cmd] = script.commands.as_slice() else { return None };
-    let plain = simple.prefix.is_none()
-        && script.opaque.is_empty()
-        && script.redirects.is_empty()
-        && script.assigns.is_empty()
-        && !cmd.assigned
-        && cmd.words.iter().all(|w| !w.starts_with(NONLITERAL))
-        && simple.suffix.as_ref().is_none_or(|s| s.0.iter().all(|i| matches!(i, ast::CommandPrefixOrSuffixItem::Word(_))))
-        && !SHELL_ONLY.contains(&cmd.words[0].as_str());
-    plain.then(|| cmd.words.clone())
+/// Parses `text` (run in `workdir` by the shell of `dialect`) and lists what it runs.
+pub fn analyse_script_as(text: &str, workdir: &str, dialect: Dialect) -> Result<Script, ParseError> {
+    let program = parse(text)?;
+    let mut w = Walker { dialect, ..Walker::default() };
+    w.checked(text, &program, |w| w.program(&program, &Cwd::at(workdir)));
+    let mut script = w.out;
+    script.argv = super::shell_builtins::direct_argv(&program, &script);
+    let mut seen = BTreeSet::new();
+    script.opaque.retain(|o| seen.insert(o.clone()));
+    let mut seen = BTreeSet::new();
+    script.foreign.retain(|o| seen.insert(o.clone()));
+    Ok(script)
 }
 
 /// Variables whose value a shell or the loader runs or reads as code (`PS4` is expanded with
 /// command substitution when tracing, `BASH_ENV`/`ENV` name a script, `BASH_FUNC_*` imports
 /// functions, `LD_*` loads libraries, `CDPATH` moves `cd`).
 pub fn dangerous_name(name: &str) -> bool {
-    matches!(name, "PS0" | "PS1" | "PS2" | "PS4" | "PROMPT_COMMAND" | "BASH_ENV" | "ENV" | "SHELLOPTS" | "BASHOPTS" | "CDPATH")
+    // POSIXLY_CORRECT changes bash's grammar (`time -x` is then a program, not the keyword).
+    matches!(name, "PS0" | "PS1" | "PS2" | "PS4" | "PROMPT_COMMAND" | "BASH_ENV" | "ENV" | "SHELLOPTS" | "BASHOPTS" | "CDPATH" | "POSIXLY_CORRECT")
         || name.starts_with("BASH_FUNC_")
         || name.starts_with("LD_")
 }
@@ -261,6 +197,9 @@ pub(super) const NAME_BUILTINS: &[&str] =
 #[derive(Default)]
 pub(super) struct Walker {
     pub(super) out: Script,
+    /// The dialect of the shell running the text walked now, and that text.
+    pub(super) dialect: Dialect,
+    pub(super) text: String,
     depth: usize,
     functions: BTreeSet<String>,
     /// `cd`s walked so far (to tell whether a function body changes directory).
@@ -283,17 +222,43 @@ impl Walker {
         cur
     }
 
-    /// Parses and walks a nested shell string (`sh -c`, `$(…)`, `eval`, `trap`).
+    /// Walks `text` (parsed as `program`) with `walk`, and adds what the shell of this
+    /// walk's dialect would read otherwise than the parser did: the constructs the walk names,
+    /// else, for sh, any difference between the parser's bash and sh readings.
+    fn checked<T>(&mut self, text: &str, program: &ast::Program, walk: impl FnOnce(&mut Walker) -> T) -> T {
+        if let Some(why) = lexical_trap(text) {
+            self.out.foreign.push(why);
+        }
+        let named = self.out.foreign.len();
+        let outer = std::mem::replace(&mut self.text, text.to_string());
+        let end = walk(self);
+        self.text = outer;
+        if self.dialect == Dialect::Posix && self.out.foreign.len() == named {
+            if let Some(why) = grammar_differs(text, program, &options()) {
+                self.out.foreign.push(why);
+            }
+        }
+        end
+    }
+
+    /// Parses and walks a string the shell running this walk runs (`$(…)`, `eval`, `trap`).
     pub(super) fn nested(&mut self, text: &str, cwd: &Cwd, what: &str) -> Cwd {
+        self.nested_as(text, cwd, what, self.dialect)
+    }
+
+    /// Parses and walks a shell string run by a shell of `dialect` (`sh -c`, `bash -c`).
+    pub(super) fn nested_as(&mut self, text: &str, cwd: &Cwd, what: &str, dialect: Dialect) -> Cwd {
         if self.depth >= MAX_DEPTH {
             self.opaque(format!("{what} nests shell strings too deeply"));
             return Cwd::unknown("after a nested shell string");
         }
         match parse(text) {
             Ok(p) => {
+                let outer = std::mem::replace(&mut self.dialect, dialect);
                 self.depth += 1;
-                let end = self.program(&p, cwd);
+                let end = self.checked(text, &p, |w| w.program(&p, cwd));
                 self.depth -= 1;
+                self.dialect = outer;
                 end
             }
             Err(e) => {
@@ -337,6 +302,7 @@ impl Walker {
     }
 
     fn pipeline(&mut self, p: &ast::Pipeline, cwd: &Cwd) -> (Cwd, Cwd) {
+        self.posix_pipeline(p);
         if p.timed.is_some() {
             // bash's `time` keyword; another sh runs the program `time`.
             self.record(vec!["time".into()], false, cwd, true);
@@ -353,6 +319,7 @@ impl Walker {
     }
 
     pub(super) fn command(&mut self, c: &ast::Command, cwd: &Cwd) -> (Cwd, Cwd) {
+        self.posix_command(c);
         match c {
             ast::Command::Simple(s) => self.simple(s, cwd),
             ast::Command::Compound(cc, redirects) => {
@@ -390,6 +357,7 @@ impl Walker {
     }
 
     fn assignment(&mut self, a: &ast::Assignment, cwd: &Cwd) {
+        self.posix_assignment(a);
         match &a.name {
             ast::AssignmentName::VariableName(n) => self.assign_name(n, "an assignment"),
             ast::AssignmentName::ArrayElementName(n, index) => {
@@ -426,6 +394,7 @@ impl Walker {
                 }
                 I::Word(w) => words.push((w.value.clone(), self.word(&w.value, cwd))),
                 I::ProcessSubstitution(_, s) => {
+                    self.foreign("process substitution `<(…)`/`>(…)`", "write to a file first, or use a pipe");
                     self.list(&s.list, cwd);
                 }
             }
@@ -439,6 +408,7 @@ impl Walker {
                 // `export X=1`: a word of the builtin (judged with it below).
                 I::AssignmentWord(_, w) | I::Word(w) => words.push((w.value.clone(), self.word(&w.value, cwd))),
                 I::ProcessSubstitution(kind, s) => {
+                    self.foreign("process substitution `<(…)`/`>(…)`", "write to a file first, or use a pipe");
                     self.list(&s.list, cwd);
                     words.push((format!("{kind}(…)"), None));
                 }
@@ -486,8 +456,8 @@ impl Walker {
                 chain.stages.iter().find(|s| is_launcher(&s.name)).map(|s| s.name.as_str()).unwrap_or_default()
             ));
         }
-        for s in &chain.scripts {
-            self.nested(s, cwd, "the shell string");
+        for (s, dialect) in &chain.scripts {
+            self.nested_as(s, cwd, "the shell string", *dialect);
         }
         if prog.contains('/') {
             return (cwd.clone(), cwd.clone());

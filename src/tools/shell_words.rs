@@ -65,6 +65,7 @@ impl Walker {
     pub(super) fn pieces(&mut self, pieces: &[WordPieceWithSource], quoted: bool, cwd: &Cwd) -> Option<String> {
         let mut literal = Some(String::new());
         for p in pieces {
+            self.posix_piece(&p.piece, quoted);
             let part = match &p.piece {
                 WordPiece::Text(t) => (quoted || !expands(t)).then(|| t.clone()),
                 WordPiece::SingleQuotedText(t) => Some(t.clone()),

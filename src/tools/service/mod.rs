@@ -11,6 +11,7 @@ use super::approval::{Action, ApprovalRequest, Approver, Decision, Reach};
 use super::git_guard;
 use super::launchers::analyse;
 use super::shell::{ShellDecision, ShellPolicy};
+pub use super::shell_dialect::Dialect;
 use crate::audit::AuditLog;
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
@@ -95,6 +96,9 @@ pub trait SandboxRunner: Send + Sync {
     /// The working directory a shell command would get by default: the shell rules judge
     /// relative paths from it, and [`SandboxRunner::run`] is then given it explicitly.
     fn workdir(&self, sandbox: &Sandbox) -> String;
+    /// The shell the sandbox runs command lines with (bash where it is known to have one):
+    /// the shell rules judge a line in its grammar.
+    fn dialect(&self) -> Dialect;
     /// Runs a child worker with `sandbox`, its input and its attachments (host files copied
     /// into a private directory the child sees read-only); returns its output.
     fn run_worker(
@@ -386,7 +390,7 @@ impl ToolService {
         };
         let extra_env = shell_args::env(&a.env).map_err(bad)?;
         let stdin = shell_args::stdin(a.stdin.as_deref()).map_err(bad)?;
-        let (args, approval_required, rule) = match self.shell.decide_call(command, &sb, &workdir, !extra_env.is_empty()) {
+        let (args, approval_required, rule) = match self.shell.decide_call(command, &sb, &workdir, !extra_env.is_empty(), self.runner.dialect()) {
             ShellDecision::Refused { reason } => return Err(ToolError::Refused(format!("cannot run '{command}': {reason}"))),
             ShellDecision::Allowed { args, approval_required, rule } => (args, approval_required, rule),
         };
@@ -399,6 +403,7 @@ impl ToolService {
         // hardened for a git started directly (`harden_argv`), not inside a shell string.
         let mut env = extra_env;
         env.extend(git_guard::env());
+        env.extend(Dialect::neutral_env());
         let run = ShellRun { args: git_guard::harden_argv(&args, &analyse(&args)), env, workdir, stdin };
         let timeout = timeout.clamp(1, 3600);
         let mut out = self.runner.run(&sb, &run, timeout).map_err(|e| ToolError::Failed(format!("cannot run '{command}' in the sandbox: {e}")))?;
