@@ -215,6 +215,35 @@ fn delete_file_removes_a_link_not_its_target() {
 
 /// A request over the broker's 2 MiB limit is answered 413 with a JSON error naming the limit
 /// (not a dropped connection), nothing is written, and the broker keeps answering.
+/// A 48 MiB body gets the same answer, sent with its length or streamed (chunked, its size
+/// unknown until it ends): the broker reads at most its limit, answers, and keeps answering.
+#[test]
+fn a_48_mib_request_gets_the_same_error_however_it_is_sent() {
+    let (tmp, _s, broker) = setup(ApprovalMode::ApproveAll);
+    let body = serde_json::json!({"path": "/out/big.txt", "content": "x".repeat(48 << 20)}).to_string();
+    let file = tmp.path().join("body.json");
+    std::fs::write(&file, body).expect("write");
+    for chunked in [false, true] {
+        let mut cmd = Command::new("curl");
+        cmd.args(["-s", "-o", "-", "-w", "\n%{http_code}", "--unix-socket"]).arg(broker.socket());
+        cmd.args(["-H", &format!("Authorization: Bearer {}", broker.token()), "-H", "Content-Type: application/json"]);
+        if chunked {
+            cmd.args(["-H", "Transfer-Encoding: chunked"]);
+        }
+        cmd.args(["--data-binary", &format!("@{}", file.display()), "http://workcell/v1/tools/write_file"]);
+        let out = cmd.output().expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (json, code) = text.rsplit_once('\n').unwrap_or_else(|| panic!("no answer (chunked: {chunked}): {text:?}"));
+        assert_eq!(code.trim(), "413", "chunked: {chunked}: {text}");
+        let reply: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+        assert_eq!(reply["error"]["kind"], "too_large", "{text}");
+        assert!(reply["error"]["message"].as_str().unwrap_or("").contains("2097152 bytes"), "{reply}");
+    }
+    assert!(!tmp.path().join("out/big.txt").exists());
+    let (code, _) = curl(&broker.socket(), Some(broker.token()), "/v1/tools/write_file", Some(r#"{"path":"/out/ok.txt","content":"ok"}"#));
+    assert_eq!(code, 200);
+}
+
 #[test]
 fn an_oversized_request_gets_a_clear_error() {
     let (tmp, _s, broker) = setup(ApprovalMode::ApproveAll);
