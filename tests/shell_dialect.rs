@@ -346,9 +346,6 @@ fn corpus_in_sandbox(choice: BackendChoice, image: &str, dialect: Dialect) {
     for line in CORPUS {
         let judged = judged(line, dialect, &sandbox);
         let answer = service.call("shell", json!({"command": line, "timeout": 10}));
-        if std::env::var("DIALECT_DEBUG").is_ok() {
-            eprintln!("{line:?} -> {answer:?}");
-        }
         assert_eq!(answer.is_err(), judged.is_none(), "{line:?}: the session judged it otherwise than the {dialect:?} judge: {answer:?}");
         let r = ran(&log);
         assert_ran_was_judged(&format!("{choice:?} {image}"), line, &judged, &r);
@@ -383,6 +380,22 @@ mod docker {
         if support::backend_ready("docker") {
             let image = ShImage::build();
             corpus_in_sandbox(BackendChoice::Docker, &image.0, Dialect::Posix);
+        }
+    }
+}
+
+/// `plan` and `doctor` say which shell runs the shell tool's lines and how they are judged.
+#[test]
+fn plan_and_doctor_name_the_shell_and_its_grammar() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(tmp.path().join("out")).expect("mkdir");
+    for (image, says) in [("busybox:1", "/bin/sh -c, judged as POSIX sh"), ("host", "/bin/bash -c, judged as bash")] {
+        std::fs::write(tmp.path().join("workcell.yaml"), format!("sandbox:\n  zones:\n    out: {{path: ./out, mode: ro}}\ndefaults:\n  image: {image}\n"))
+            .expect("config");
+        for args in [&["plan", "--", "ls"][..], &["doctor"][..]] {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_workcell")).args(args).current_dir(tmp.path()).output().expect("workcell");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(text.contains(says), "{image} {args:?}: {text}");
         }
     }
 }

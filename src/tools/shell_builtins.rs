@@ -1,6 +1,7 @@
 //! Shell builtins that run, or change how the shell runs, other words (`exec`, `command`,
 //! `eval`, `trap`, `source`, `cd`), redirections, `[[ … ]]` tests and compound commands
-//! (`if`, loops, `case`, groups), for the walk of `shell_script`.
+//! (`if`, loops, `case`, groups), for the walk of `shell_script`; and which command lines
+//! are one program run without a shell.
 
 use brush_parser::ast::{self, CompoundCommand as CC};
 

@@ -399,7 +399,7 @@ impl ToolService {
             self.consent(ApprovalRequest::new(Action::Shell, command, scope))?;
         }
         // The guard's variables come last: a call cannot override them (shell_args refuses
-        // their names too). A command line run by `/bin/sh -c` gets only these: git's argv is
+        // their names too). A command line run by a shell gets only these: git's argv is
         // hardened for a git started directly (`harden_argv`), not inside a shell string.
         let mut env = extra_env;
         env.extend(git_guard::env());
