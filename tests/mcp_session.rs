@@ -1,8 +1,9 @@
 //! One sandbox per MCP session (`run::resident`, `agent`), through the official MCP Python
 //! SDK (tests/mcp_session.py): 20 shell calls reuse one sandbox (the same run id), `/tmp`
 //! and the working directory keep files between calls, a process a call leaves behind does
-//! not outlive it, a timeout kills the call and not the session; and the sandbox is gone
-//! after a normal end, after the client is killed and after `workcell mcp` is killed.
+//! not outlive it (not even a daemon behind a zombie leader, issue 36), a timeout kills the
+//! call and not the session, a stuck agent does not hang later calls; and the sandbox is
+//! gone after a normal end, after the client is killed and after `workcell mcp` is killed.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -124,6 +125,50 @@ mod body {
         wait_gone(tmp.path(), backend, &second);
     }
 
+    /// Issue 36, findings 1 and 5: a call's daemon (double fork, `setsid`, main thread gone
+    /// with the raw exit system call: the leader shows `Z` while its thread spies) must not
+    /// read a later call's environment or write into its stdout; one holding its call's
+    /// stdout must not hold the answer back; a call that stops the agent loses that call
+    /// only, and the next call answers from a new sandbox.
+    pub fn calls_leave_nothing_behind(backend: &str) {
+        let tmp = project();
+        let mut child = client(tmp.path(), backend, "survivor").stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("client");
+        let mut text = String::new();
+        std::io::Read::read_to_string(child.stdout.as_mut().expect("stdout"), &mut text).expect("read");
+        let _ = child.wait();
+        // A wedged server outlives its client: end it, so a failure leaves nothing running.
+        let config = format!("{}/workcell.yaml", tmp.path().display());
+        let start = Instant::now();
+        let mut wedged = support::processes_with_arg(&config);
+        while !wedged.is_empty() && start.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(200));
+            wedged = support::processes_with_arg(&config);
+        }
+        for pid in &wedged {
+            let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(*pid as i32).expect("pid"), rustix::process::Signal::KILL);
+        }
+        let r: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("client said {text:?}: {e}"));
+        let leaked = std::fs::read_to_string(tmp.path().join("out/leaked")).unwrap_or_default();
+        assert!(leaked.is_empty(), "a call's daemon read a later call's environment: {leaked:?}");
+        assert_eq!(r["spawn"]["exit_code"], 0, "{}", r["spawn"]);
+        assert_eq!(r["victim"]["stdout"], "clean\n", "a call's daemon wrote into a later call's stdout: {}", r["victim"]);
+        assert_eq!(r["left"]["stdout"], "0\n", "the daemon outlived its call: {}", r["left"]);
+        // Its stdout held by a daemon: the call answers at once, the next one too.
+        assert_eq!(r["holder"]["exit_code"], 0, "{}", r["holder"]);
+        assert!(r["holder"]["seconds"].as_f64().is_some_and(|s| s < 5.0), "a call whose daemon held its stdout took its whole timeout: {}", r["holder"]);
+        let first = r["after_holder"]["stdout"].as_str().unwrap_or("").trim().to_string();
+        assert!(!first.is_empty(), "the call after one whose daemon held its stdout: {}", r["after_holder"]);
+        // A stopped agent: that call fails, saying so; the next answers from a new sandbox
+        // within a bound (the old one is not waited for).
+        assert!(r["stop_agent"]["text"].as_str().unwrap_or("").contains("agent did not answer"), "{}", r["stop_agent"]);
+        let second = r["after_stop"]["stdout"].as_str().unwrap_or("").trim().to_string();
+        assert!(!second.is_empty() && second != first, "the call after a stopped agent: {}", r["after_stop"]);
+        assert!(r["after_stop"]["seconds"].as_f64().is_some_and(|s| s < 30.0), "{}", r["after_stop"]);
+        assert!(wedged.is_empty(), "workcell mcp did not end after its client: {wedged:?}");
+        wait_gone(tmp.path(), backend, &first);
+        wait_gone(tmp.path(), backend, &second);
+    }
+
     pub fn session_ends_when_the_client_is_killed(backend: &str) {
         let tmp = project();
         let (mut child, _server, run_id) = hold(tmp.path(), backend);
@@ -200,5 +245,13 @@ fn named_images_exec_into_one_container_or_run_one_per_call() {
     }
 }
 
-support::backend_suite!(bwrap, "bwrap", [session_reuses_one_sandbox, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]);
-support::backend_suite!(docker, "docker", [session_reuses_one_sandbox, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]);
+support::backend_suite!(
+    bwrap,
+    "bwrap",
+    [session_reuses_one_sandbox, calls_leave_nothing_behind, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]
+);
+support::backend_suite!(
+    docker,
+    "docker",
+    [session_reuses_one_sandbox, calls_leave_nothing_behind, session_ends_when_the_client_is_killed, session_ends_when_the_server_is_killed]
+);

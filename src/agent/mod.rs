@@ -13,6 +13,7 @@
 //! Frames both ways: a 4-byte big-endian length, then that many bytes of JSON.
 
 pub mod serve;
+pub mod sweep;
 
 use std::io::{Read, Write};
 

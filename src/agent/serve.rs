@@ -1,26 +1,29 @@
 //! The agent's side, inside the sandbox: connect, say hello, then run one command per
 //! request until the connection closes. Each command is a process group of its own with its
-//! own timeout and bounded output; when it ends, every process it left in the sandbox is
-//! killed too, so nothing a call starts outlives it.
+//! own timeout and bounded output; when it ends (or its time is up), every process in the
+//! sandbox but the agent and its ancestors is killed ([`super::sweep`]), so nothing a call
+//! starts outlives it, and every wait after that is bounded: the agent always answers.
 
-use std::collections::HashSet;
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
+use super::sweep::{self, Keep};
 use super::{read_frame, write_frame, FrameError, Hello, Request, Response};
 use crate::backend::capture::{Bounded, OUTPUT_CAP};
 
-/// How long the agent keeps killing what a command left behind (each round a fresh look at
-/// /proc; a process that forks as fast as it is killed is bounded by the process limit and
-/// loses: a killed process forks no more).
-const KILL_FOR: Duration = Duration::from_secs(5);
+/// How long the agent keeps reading a command's output once the command and everything
+/// else in the sandbox was killed. Only a writer the kernel could not end at once (or a pipe
+/// end in flight in a socket) keeps a pipe open that long; the answer then goes without the
+/// rest, and says so.
+const DRAIN_FOR: Duration = Duration::from_secs(2);
 
 /// `workcell __agent [--wake FIFO] SOCKET`: serves until workcell closes the connection.
 /// Exit status 0 then; 125 when it could not connect or the connection broke. With `wake`
@@ -47,7 +50,7 @@ pub fn main(socket: &Path, wake: Option<&Path>) -> i32 {
             return 125;
         }
     };
-    let keep = ancestors();
+    let keep = Keep::read();
     if let Err(e) = write_frame(&mut stream, &Hello { agent: env!("CARGO_PKG_VERSION").into(), pid: std::process::id() }) {
         eprintln!("workcell agent: {e}");
         return 125;
@@ -71,34 +74,6 @@ pub fn main(socket: &Path, wake: Option<&Path>) -> i32 {
     }
 }
 
-/// The agent and the processes above it (the sandbox's init): never killed.
-fn ancestors() -> HashSet<u32> {
-    let mut keep = HashSet::from([std::process::id(), 1]);
-    let mut pid = std::process::id();
-    for _ in 0..64 {
-        match parent_of(pid) {
-            Some(p) if p > 1 && keep.insert(p) => pid = p,
-            _ => break,
-        }
-    }
-    keep
-}
-
-/// Fields of /proc/PID/stat after the command name: (state, ppid).
-fn stat_of(pid: u32) -> Option<(char, u32)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The name is in parentheses and may hold anything: read after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    stat_of(pid).map(|(_, p)| p)
-}
-
 fn spawn_failed(program: &str, e: &std::io::Error) -> Response {
     let (code, what) = match e.kind() {
         std::io::ErrorKind::NotFound => (crate::backend::EXIT_NOT_FOUND, "not found"),
@@ -109,17 +84,34 @@ fn spawn_failed(program: &str, e: &std::io::Error) -> Response {
 }
 
 /// Reads a stream to its end, keeping [`OUTPUT_CAP`] bytes (the rest is read and counted,
-/// so the command never blocks on a full pipe).
-fn drain(stream: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<Bounded> {
+/// so the command never blocks on a full pipe), or until the time set in `until` (once the
+/// command was ended; a writer that outlives that must not hold the answer back).
+fn drain<S: Read + AsFd + Send + 'static>(stream: Option<S>, until: Arc<OnceLock<Instant>>) -> std::thread::JoinHandle<(Bounded, bool)> {
     std::thread::spawn(move || {
         let mut kept = Bounded::new(OUTPUT_CAP);
-        if let Some(mut s) = stream {
-            let mut buf = [0u8; 16384];
-            while let Ok(n @ 1..) = s.read(&mut buf) {
-                kept.push(&buf[..n]);
+        let Some(mut s) = stream else { return (kept, true) };
+        let mut buf = [0u8; 16384];
+        loop {
+            // Until the deadline is set, wake now and then to look for it.
+            let wait = until.get().map_or(Duration::from_millis(100), |t| t.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+            if until.get().is_some() && wait.is_zero() {
+                return (kept, false);
+            }
+            let mut fds = [rustix::event::PollFd::new(&s, rustix::event::PollFlags::IN)];
+            let timeout = rustix::event::Timespec { tv_sec: wait.as_secs() as i64, tv_nsec: i64::from(wait.subsec_nanos()) };
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(_) => return (kept, true),
+            }
+            // Readable or hung up: a read does not block.
+            match s.read(&mut buf) {
+                Ok(0) => return (kept, true),
+                Ok(n) => kept.push(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return (kept, true),
             }
         }
-        kept
     })
 }
 
@@ -148,9 +140,11 @@ enum Event {
     Hangup,
 }
 
-/// Waits for `child` within `timeout_ms`; kills its group when the time is up (or at a
-/// hangup, when `hangup` is given). Returns its status and whether the timeout ended it.
-fn wait(child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStream>) -> (std::io::Result<std::process::ExitStatus>, bool) {
+/// Waits for `child` within `timeout_ms`; when the time is up (or at a hangup, when
+/// `hangup` is given) kills its group and everything else in the sandbox but `keep` (a
+/// process that left the group, or never was in it, goes too). Returns its status and
+/// whether the timeout ended it.
+fn wait(child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStream>, keep: &Keep) -> (std::io::Result<std::process::ExitStatus>, bool) {
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     let exited = tx.clone();
@@ -173,12 +167,18 @@ fn wait(child: std::process::Child, timeout_ms: u64, hangup: Option<UnixStream>)
         if let Some(p) = Pid::from_raw(pid as i32) {
             let _ = rustix::process::kill_process_group(p, Signal::KILL);
         }
+        sweep::kill_now(keep);
     };
-    let exited = |rx: &mpsc::Receiver<Event>| loop {
-        match rx.recv() {
-            Ok(Event::Exited(s)) => break s,
-            Ok(Event::Hangup) => continue,
-            Err(_) => break Err(std::io::ErrorKind::Other.into()),
+    // After a SIGKILL the command is gone at once unless the kernel holds it (uninterruptible
+    // sleep): the answer then goes without its status rather than never.
+    let exited = |rx: &mpsc::Receiver<Event>| {
+        let until = Instant::now() + Duration::from_secs(5);
+        loop {
+            match rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                Ok(Event::Exited(s)) => break s,
+                Ok(Event::Hangup) => continue,
+                Err(_) => break Err(std::io::ErrorKind::TimedOut.into()),
+            }
         }
     };
     match first {
@@ -222,7 +222,7 @@ fn exit_code(status: std::io::Result<std::process::ExitStatus>, timed_out: bool)
 
 /// A warm run's one command: its output straight to workcell's pipes, its end answered,
 /// then the agent exits and its sandbox with it.
-fn run_stdio(request: Request, stream: &UnixStream, keep: &HashSet<u32>) -> i32 {
+fn run_stdio(request: Request, stream: &UnixStream, keep: &Keep) -> i32 {
     let (out, err) = match super::recv_stdio(stream) {
         Ok(fds) => fds,
         Err(e) => {
@@ -237,8 +237,8 @@ fn run_stdio(request: Request, stream: &UnixStream, keep: &HashSet<u32>) -> i32 
             Ok(child) => {
                 // Our copies of the pipes went into the spawn and are closed with `cmd`.
                 drop(cmd);
-                let (status, timed_out) = wait(child, request.timeout_ms, stream.try_clone().ok());
-                let leftovers_killed = kill_leftovers(keep);
+                let (status, timed_out) = wait(child, request.timeout_ms, stream.try_clone().ok(), keep);
+                let leftovers_killed = sweep::sweep(keep);
                 Response { exit_code: exit_code(status, timed_out), timed_out, leftovers_killed, ..Response::default() }
             }
         },
@@ -251,7 +251,7 @@ fn run_stdio(request: Request, stream: &UnixStream, keep: &HashSet<u32>) -> i32 
     0
 }
 
-fn run(request: Request, keep: &HashSet<u32>) -> Response {
+fn run(request: Request, keep: &Keep) -> Response {
     let mut cmd = match command(&request) {
         Ok(c) => c,
         Err(r) => return r,
@@ -269,48 +269,21 @@ fn run(request: Request, keep: &HashSet<u32>) -> Response {
             let _ = s.write_all(&input);
         }
     });
-    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
-    let (status, timed_out) = wait(child, request.timeout_ms, None);
+    let until = Arc::new(OnceLock::new());
+    let (out, err) = (drain(child.stdout.take(), until.clone()), drain(child.stderr.take(), until.clone()));
+    let (status, timed_out) = wait(child, request.timeout_ms, None, keep);
     // Whatever it started, in its group or not, goes with it: only then do the pipes end.
-    let leftovers_killed = kill_leftovers(keep);
-    let (out, err) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
-    let _ = writer.join();
+    let leftovers_killed = sweep::sweep(keep);
+    let _ = until.set(Instant::now() + DRAIN_FOR);
+    let ((out, out_closed), (mut err, err_closed)) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    if !(out_closed && err_closed) {
+        err.push(format!("\nworkcell: the command's output was still open {} s after it ended; the rest was not read\n", DRAIN_FOR.as_secs()).as_bytes());
+    }
+    // Done by now unless something still holds the input open without reading it: it is
+    // left behind then (its thread ends at that writer's end), never waited for.
+    if writer.is_finished() {
+        let _ = writer.join();
+    }
     let exit_code = exit_code(status, timed_out);
     Response { exit_code, timed_out, stdout: out.kept, stderr: err.kept, stdout_cut: out.cut, stderr_cut: err.cut, leftovers_killed }
-}
-
-/// Kills every process in the sandbox but the agent and its ancestors, until none is left;
-/// returns how many distinct processes were killed. Reaps what is the agent's to reap
-/// (it is the orphans' parent when it runs as pid 1).
-fn kill_leftovers(keep: &HashSet<u32>) -> u32 {
-    let mut killed = HashSet::new();
-    let until = std::time::Instant::now() + KILL_FOR;
-    while std::time::Instant::now() < until {
-        reap();
-        let mut alive = false;
-        let Ok(dir) = std::fs::read_dir("/proc") else { break };
-        for pid in dir.flatten().filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok()) {
-            if keep.contains(&pid) || matches!(stat_of(pid), Some(('Z' | 'X', _)) | None) {
-                continue;
-            }
-            if let Some(p) = Pid::from_raw(pid as i32) {
-                if rustix::process::kill_process(p, Signal::KILL).is_ok() {
-                    alive = true;
-                    killed.insert(pid);
-                }
-            }
-        }
-        if !alive {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    reap();
-    killed.len() as u32
-}
-
-/// Collects exited children without waiting (any child: `waitpid(None)` would look only in
-/// the agent's own process group, and each command has a group of its own).
-fn reap() {
-    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::NOHANG) {}
 }

@@ -6,7 +6,9 @@
 //! ([`crate::agent`]) when the sandbox can run this binary (`image: host`, on bwrap and
 //! docker), else through the Docker Engine API's exec into the running container.
 
-use std::os::unix::net::{UnixListener, UnixStream};
+mod socket;
+
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -15,19 +17,28 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{planted, RunError, Services, Session, Spec};
-use crate::agent::{self, FrameError, Hello, Request, Response};
+use crate::agent::{self, FrameError, Request, Response};
 use crate::backend::{self, BackendError, Finished, Output, Selected};
 use crate::config::ImageRef;
 use crate::plan::{LaunchPlan, Overrides};
 use crate::run::runner::BackendRunner;
 use crate::sandbox::Sandbox;
 use crate::tools::service::ShellRun;
+use socket::agent_pidfd;
+pub(crate) use socket::{verify_agent, AgentSocket};
 
 /// How long a session sandbox may take to start and its agent to say hello.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Beyond a command's own timeout, how long workcell waits for the agent's answer before
-/// it counts the agent as lost and ends the session sandbox.
+/// it counts the agent as lost and ends the session sandbox. The agent's own bounds after a
+/// command's time are 5 s of killing and 2 s of reading its output (`agent::serve`).
 const ANSWER_GRACE: Duration = Duration::from_secs(10);
+/// How long a session sandbox may take to end by itself once its connection is closed (the
+/// agent exits at once when it is idle) before workcell kills its agent.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// How long its run may take to tear down after that (a container's removal); beyond it the
+/// teardown goes on in the background and nobody waits for it.
+const STOP_WITHIN: Duration = Duration::from_secs(30);
 
 /// How a session sandbox's commands are run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -95,10 +106,24 @@ pub enum ResidentError {
     StartTimeout,
     #[error("the session sandbox's agent did not answer: {0}")]
     Agent(#[source] FrameError),
+    /// A call's answer did not come: the agent is killed, its sandbox ends.
+    #[error("the session sandbox's agent did not answer {}; that sandbox was ended, and the next call starts a new one", lost(.0))]
+    Lost(#[source] FrameError),
     #[error("a process outside the session sandbox (uid {uid}, pid {pid}) connected to its agent socket first; the session sandbox was not used")]
     Impostor { uid: u32, pid: u32 },
     #[error(transparent)]
     Exec(#[from] BackendError),
+}
+
+/// Why a call's answer did not come, said for a person: a read past its time is not an
+/// operating-system error to them.
+fn lost(e: &FrameError) -> String {
+    match e {
+        FrameError::Io(io) if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            format!("within the call's timeout and {} s more", ANSWER_GRACE.as_secs())
+        }
+        other => format!("({other})"),
+    }
 }
 
 fn detail(text: &str) -> String {
@@ -118,9 +143,13 @@ pub struct Resident {
     thread: Option<JoinHandle<Result<Finished, RunError>>>,
     /// Each call's timeout is at most this (the run's own timeout, when the worker has one).
     call_cap: Option<Duration>,
-    /// Set when the agent stopped answering (killed by a command, say): the session then
-    /// starts a new sandbox at the next call instead of waiting for this one's teardown.
+    /// Set when the agent stopped answering (killed or stopped by a command, say): the
+    /// session then starts a new sandbox at the next call.
     broken: std::sync::atomic::AtomicBool,
+    /// The agent's process (a pidfd, taken once its connection was checked): killed when it
+    /// does not answer, or does not end when asked. Its sandbox ends with it: bwrap's init
+    /// and Docker's end with their one child, and the agent is pid 1 when there is no init.
+    agent: Option<std::os::fd::OwnedFd>,
 }
 
 enum Way {
@@ -177,7 +206,7 @@ impl Resident {
             .name("workcell-session".into())
             .spawn(move || session.run(Output::Capture))
             .map_err(|e| ResidentError::Socket(std::io::Error::other(format!("cannot start the session thread: {e}"))))?;
-        let mut resident = Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default() };
+        let mut resident = Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default(), agent: None };
         match listener {
             Some(l) => {
                 let stream = l.accept(&mut || (!resident.alive()).then(|| resident.ended()))?;
@@ -186,6 +215,7 @@ impl Resident {
                     _ => Some(std::process::id()),
                 };
                 verify_agent(&stream, resident.plan.user.uid, anchor)?;
+                resident.agent = agent_pidfd(&stream, anchor);
                 resident.way = Way::Agent(Mutex::new(stream));
             }
             None => match resident.wait_running() {
@@ -248,10 +278,13 @@ impl Resident {
                         timed_out: r.timed_out,
                     },
                     Err(e) => {
-                        // An agent that does not answer is not trusted with another call.
+                        // An agent that does not answer is not trusted with another call, nor
+                        // waited for: it is killed now (stopped or stuck alike), and its
+                        // sandbox with it.
                         let _ = stream.shutdown(std::net::Shutdown::Both);
                         self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
-                        return Err(ResidentError::Agent(e));
+                        self.kill_agent();
+                        return Err(ResidentError::Lost(e));
                     }
                 }
             }
@@ -314,16 +347,35 @@ impl Resident {
         self.stop_now();
     }
 
+    /// Ends the sandbox within a bound: the agent exits when its connection closes (the
+    /// sandbox with it); one that does not within [`STOP_GRACE`] (stopped, stuck) is killed;
+    /// a teardown that takes longer than [`STOP_WITHIN`] goes on in the background.
     fn stop_now(&mut self) {
         match &self.way {
-            // The agent exits when its connection closes; the sandbox with it.
             Way::Agent(stream) => {
                 let _ = stream.lock().unwrap_or_else(std::sync::PoisonError::into_inner).shutdown(std::net::Shutdown::Both);
             }
             Way::EngineExec => backend::docker::kill(&self.plan),
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        let Some(t) = self.thread.take() else { return };
+        if !finishes_within(&t, STOP_GRACE) {
+            self.kill_agent();
+            if !finishes_within(&t, STOP_WITHIN) {
+                tracing::warn!(run_id = %self.plan.run_id, "the session sandbox did not end in time; its teardown goes on in the background");
+                return;
+            }
+        }
+        let _ = t.join();
+    }
+
+    /// Kills the agent (and so its sandbox); on docker the container too, whatever its
+    /// first process is doing.
+    fn kill_agent(&self) {
+        if let Some(fd) = &self.agent {
+            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+        }
+        if self.selected == Selected::Docker {
+            backend::docker::kill(&self.plan);
         }
     }
 }
@@ -334,21 +386,16 @@ impl Drop for Resident {
     }
 }
 
-/// Whether `anchor` is `pid` or one of its ancestors (host pids).
-fn descends_from(pid: u32, anchor: u32) -> bool {
-    let mut p = pid;
-    for _ in 0..64 {
-        if p == anchor {
-            return true;
+/// Whether `thread` has finished by `within` from now.
+fn finishes_within<T>(thread: &JoinHandle<T>, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    while !thread.is_finished() {
+        if Instant::now() >= until {
+            return false;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { return false };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-        match rest.split_whitespace().nth(1).and_then(|f| f.parse::<u32>().ok()) {
-            Some(parent) if parent > 0 => p = parent,
-            _ => return false,
-        }
+        std::thread::sleep(Duration::from_millis(5));
     }
-    false
+    true
 }
 
 /// A plan holding only what backend selection looks at.
@@ -376,87 +423,4 @@ fn probe_plan() -> LaunchPlan {
         stdin: Default::default(),
         shipped: None,
     }
-}
-
-/// The listening socket the agent connects to, once: in a private directory of its own
-/// (a session sandbox) or in a pooled sandbox's agent directory ([`crate::pool`]).
-pub(crate) struct AgentSocket {
-    dir: Option<tempfile::TempDir>,
-    path: PathBuf,
-    listener: UnixListener,
-}
-
-impl AgentSocket {
-    /// The directory (0700, or 0750 shared with `user`'s group when workcell is root) and
-    /// its socket.
-    fn new(user: crate::plan::UserSpec) -> Result<AgentSocket, ResidentError> {
-        let dir = crate::tools::broker::private_dir().map_err(|e| ResidentError::Socket(std::io::Error::other(e.to_string())))?;
-        share(dir.path(), user, 0o750)?;
-        let mut socket = AgentSocket::bind_in(dir.path(), user)?;
-        socket.dir = Some(dir);
-        Ok(socket)
-    }
-
-    /// A socket in `dir`, a directory only workcell (and, when workcell is root, the
-    /// worker's group) may enter.
-    pub(crate) fn bind_in(dir: &std::path::Path, user: crate::plan::UserSpec) -> Result<AgentSocket, ResidentError> {
-        let path = dir.join(agent::SOCKET_NAME);
-        let listener = UnixListener::bind(&path).map_err(ResidentError::Socket)?;
-        listener.set_nonblocking(true).map_err(ResidentError::Socket)?;
-        share(&path, user, 0o660)?;
-        Ok(AgentSocket { dir: None, path, listener })
-    }
-
-    /// Accepts the agent's connection (the first and only one: the listener and its file go
-    /// right after) within [`START_TIMEOUT`]; `gone` says why to stop waiting early.
-    pub(crate) fn accept(self, gone: &mut dyn FnMut() -> Option<ResidentError>) -> Result<UnixStream, ResidentError> {
-        let until = Instant::now() + START_TIMEOUT;
-        let stream = loop {
-            match self.listener.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(ResidentError::Socket(e)),
-            }
-            if let Some(why) = gone() {
-                return Err(why);
-            }
-            if Instant::now() > until {
-                return Err(ResidentError::StartTimeout);
-            }
-            let mut fds = [rustix::event::PollFd::new(&self.listener, rustix::event::PollFlags::IN)];
-            let _ = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 20_000_000 }));
-        };
-        drop(self.listener);
-        let _ = std::fs::remove_file(&self.path);
-        drop(self.dir);
-        stream.set_nonblocking(false).map_err(ResidentError::Socket)?;
-        Ok(stream)
-    }
-}
-
-/// Gives `path` to `user`'s group with `mode` when workcell is root (its workers run as
-/// another uid); nothing otherwise.
-fn share(path: &std::path::Path, user: crate::plan::UserSpec, mode: u32) -> Result<(), ResidentError> {
-    use std::os::unix::fs::PermissionsExt;
-    if rustix::process::geteuid().as_raw() == 0 {
-        rustix::fs::chown(path, None, Some(rustix::process::Gid::from_raw(user.gid))).map_err(|e| ResidentError::Socket(e.into()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(ResidentError::Socket)?;
-    }
-    Ok(())
-}
-
-/// Checks who connected and reads its hello. The socket's directory is open to the worker's
-/// group, which a host process of that user shares: the peer must be the worker's `uid`
-/// *and* inside the sandbox (a descendant of `anchor`: the bwrap workcell started, or the
-/// container's first process).
-pub(crate) fn verify_agent(stream: &UnixStream, uid: u32, anchor: Option<u32>) -> Result<Hello, ResidentError> {
-    let creds = rustix::net::sockopt::socket_peercred(stream).map_err(|e| ResidentError::Socket(e.into()))?;
-    let (peer_uid, pid) = (creds.uid.as_raw(), creds.pid.as_raw_nonzero().get() as u32);
-    if peer_uid != uid || !anchor.is_some_and(|a| descends_from(pid, a)) {
-        return Err(ResidentError::Impostor { uid: peer_uid, pid });
-    }
-    stream.set_read_timeout(Some(START_TIMEOUT)).map_err(ResidentError::Socket)?;
-    let hello = agent::read_frame(&mut &*stream).map_err(ResidentError::Agent)?;
-    stream.set_read_timeout(None).map_err(ResidentError::Socket)?;
-    Ok(hello)
 }

@@ -56,6 +56,9 @@ pub struct BackendRunner {
 #[derive(Debug, Default)]
 pub struct SessionSandbox {
     current: Mutex<Option<Current>>,
+    /// Replaced sandboxes ending on threads of their own: the next call does not wait for a
+    /// broken sandbox's teardown (bounded, `Resident::stop`), the session's end does.
+    retiring: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 #[derive(Debug)]
@@ -80,7 +83,7 @@ impl SessionSandbox {
         if !usable {
             if let Some(old) = current.take().and_then(|c| c.resident) {
                 tracing::debug!(run_id = old.run_id(), "replacing the session sandbox (its mounts changed or it ended)");
-                old.stop();
+                self.retire(old);
             }
             match Resident::start(runner, sandbox) {
                 Ok(resident) => *current = Some(Current { key, resident }),
@@ -97,11 +100,26 @@ impl SessionSandbox {
         current.as_ref()?.resident.as_ref().map(|r| r.run_id().to_string())
     }
 
-    /// Stops the session's sandbox and waits until it is torn down.
+    /// Stops the session's sandbox and waits until it is torn down (each wait bounded,
+    /// `Resident::stop`), the replaced ones too.
     pub fn end(&self) {
         let taken = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         if let Some(r) = taken.and_then(|c| c.resident) {
             r.stop();
+        }
+        let retiring = std::mem::take(&mut *self.retiring.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for t in retiring {
+            let _ = t.join();
+        }
+    }
+
+    /// Stops `old` on a thread of its own (one that cannot be started drops it, and a
+    /// dropped sandbox stops there and then).
+    fn retire(&self, old: Resident) {
+        let mut retiring = self.retiring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        retiring.retain(|t| !t.is_finished());
+        if let Ok(t) = std::thread::Builder::new().name("workcell-session-stop".into()).spawn(move || old.stop()) {
+            retiring.push(t);
         }
     }
 }
