@@ -5,7 +5,8 @@ Usage: mcp_session.py WORKCELL_BIN PROJECT_DIR BACKEND MODE [EXTRA_ARG...]
 MODE reuse: 20 shell calls report the sandbox's run id; /tmp and the working directory
             keep files between calls; a process a call leaves in the background does not
             outlive it; a timeout kills the call, not the session. Prints one JSON object.
-MODE named: three calls' run ids and a file in /tmp between two calls (a named image).
+MODE named: three calls' run ids and a file in /tmp between two calls (a named image);
+            `ps` after a call that timed out.
 MODE survivor: a call leaves a daemon behind that no process group holds (double fork,
             setsid, its main thread gone with the raw exit system call while a thread runs
             on: the leader shows Z); a later call's environment and stdout must be out of its
@@ -180,6 +181,9 @@ async def main():
                 out["touch"] = await sh("touch /tmp/kept")
                 out["ls"] = await sh("ls /tmp/kept")
                 out["stdin"] = await sh("touch /tmp/from-stdin", stdin="x\n")
+                # A command past its timeout is killed in the container, not only left.
+                out["timeout"] = await sh("sleep 1000", timeout=1)
+                out["ps"] = await sh("ps")
                 print(json.dumps(out))
                 return
             out = {"ids": []}

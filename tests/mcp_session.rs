@@ -192,7 +192,7 @@ mod body {
 fn image(tag: &str, with_sleep: bool) -> String {
     let mut b = tar::Builder::new(Vec::new());
     let bb = std::fs::read("/usr/bin/busybox").expect("static busybox at /usr/bin/busybox");
-    let mut names = vec!["env", "touch", "ls"];
+    let mut names = vec!["env", "touch", "ls", "ps"];
     if with_sleep {
         names.push("sleep");
     }
@@ -237,6 +237,10 @@ fn named_images_exec_into_one_container_or_run_one_per_call() {
         if with_sleep {
             assert!(ids.iter().all(|i| *i == ids[0]), "one container for the session: {ids:?}");
             assert_eq!(r["ls"]["exit_code"], 0, "/tmp keeps files: {}", r["ls"]);
+            // Issue 36: a call's processes do not outlive it, its timeout included.
+            assert_eq!(r["timeout"]["timed_out"], true, "{}", r["timeout"]);
+            let ps = r["ps"]["stdout"].as_str().unwrap_or("");
+            assert!(r["ps"]["exit_code"] == 0 && !ps.contains("sleep 1000"), "a timed-out call's command still runs: {}", r["ps"]);
         } else {
             assert!(ids[0] != ids[1] && ids[1] != ids[2], "a container per command: {ids:?}");
         }

@@ -150,6 +150,9 @@ pub struct Resident {
     /// does not answer, or does not end when asked. Its sandbox ends with it: bwrap's init
     /// and Docker's end with their one child, and the agent is pid 1 when there is no init.
     agent: Option<std::os::fd::OwnedFd>,
+    /// An Engine-exec container's init and waiting process: everything else in it is killed
+    /// after each call (`backend::docker::leftovers`).
+    kept: Option<backend::docker::leftovers::Kept>,
 }
 
 enum Way {
@@ -206,7 +209,8 @@ impl Resident {
             .name("workcell-session".into())
             .spawn(move || session.run(Output::Capture))
             .map_err(|e| ResidentError::Socket(std::io::Error::other(format!("cannot start the session thread: {e}"))))?;
-        let mut resident = Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default(), agent: None };
+        let mut resident =
+            Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default(), agent: None, kept: None };
         match listener {
             Some(l) => {
                 let stream = l.accept(&mut || (!resident.alive()).then(|| resident.ended()))?;
@@ -293,7 +297,12 @@ impl Resident {
                 plan.workdir = cmd.workdir.clone();
                 plan.env.extend(cmd.env.iter().cloned());
                 plan.stdin = (!cmd.stdin.is_empty()).then(|| cmd.stdin.as_slice().into());
-                backend::docker::exec_captured(&plan, &cmd.args, timeout)?
+                let finished = backend::docker::exec_captured(&plan, &cmd.args, timeout);
+                // Ended, timed out or failed: nothing it started stays for the next call.
+                if let Some(kept) = &self.kept {
+                    backend::docker::leftovers::sweep(kept);
+                }
+                finished?
             }
         };
         let swept = planted::sweep(&self.plan);
@@ -323,7 +332,10 @@ impl Resident {
                 // Running can mean the container's init is up while `sleep` was not found:
                 // the image must run a `sleep` of its own before the session relies on it.
                 return match backend::docker::exec_captured(&self.plan, &["sleep".into(), "0".into()], Duration::from_secs(30)) {
-                    Ok(f) if f.exit_code == 0 => Ok(()),
+                    Ok(f) if f.exit_code == 0 => {
+                        self.kept = backend::docker::leftovers::Kept::read(&self.plan);
+                        Ok(())
+                    }
                     Ok(f) => Err(ResidentError::Ended(format!("`sleep` exited {} in the image: {}", f.exit_code, String::from_utf8_lossy(&f.stderr)))),
                     Err(e) => Err(ResidentError::Ended(e.to_string())),
                 };

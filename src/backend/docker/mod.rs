@@ -15,6 +15,7 @@ pub mod firewall;
 pub mod image;
 mod init;
 mod init_error;
+pub mod leftovers;
 mod listing;
 pub mod maintenance;
 pub mod network;
