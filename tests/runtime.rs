@@ -29,7 +29,12 @@ fn project(config: &str, workers: &[(&str, &str)]) -> (tempfile::TempDir, Result
     (tmp, p)
 }
 
+/// `workcell ARGS` in `dir`, made a project (an empty `workcell.yaml`) when it is not one:
+/// outside any project `run` is refused.
 fn workcell(dir: &Path, args: &[&str]) -> Output {
+    if !dir.join("workcell.yaml").exists() {
+        std::fs::write(dir.join("workcell.yaml"), "{}\n").expect("workcell.yaml");
+    }
     let out = assert_cmd::Command::cargo_bin("workcell").expect("binary").current_dir(dir).args(args).output().expect("run workcell");
     eprintln!(
         "workcell {args:?} -> {:?}\nstdout: {}\nstderr: {}",
@@ -136,6 +141,7 @@ fn seatbelt_refuses_a_runtime_and_auto_never_falls_back_to_bwrap() {
     assert!(e.to_string().contains("the seatbelt backend cannot run under the runtime 'runsc'"), "{e}");
     // Without a daemon, `auto` says why instead of running the worker under bwrap.
     let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::write(tmp.path().join("workcell.yaml"), "{}\n").expect("workcell.yaml");
     let out = assert_cmd::Command::cargo_bin("workcell")
         .expect("binary")
         .current_dir(tmp.path())
