@@ -259,6 +259,7 @@ fn scratch() -> (tempfile::TempDir, PathBuf) {
 const USER: &str = "--user=1000:1000";
 
 mod body {
+    pub(super) use super::installed::mcp_session_from_a_root_only_install;
     use super::*;
 
     pub fn readme_quick_start_as_root(backend: &str) {
@@ -532,6 +533,52 @@ a, _ = s.accept(); c.sendall(b"ping"); print("got", a.recv(4).decode())
     }
 }
 
+mod installed {
+    use super::*;
+
+    /// An MCP session works with workcell installed where only root may look (root's `cargo
+    /// install`: `/root/.cargo/bin`, under a 0700 home): the exec agent is this binary, and
+    /// bwrap, running as the worker, must reach the file it binds (so it is copied into the
+    /// agent's own directory first).
+    pub fn mcp_session_from_a_root_only_install(backend: &str) {
+        if !is_root() {
+            return;
+        }
+        // Under root's own home, as `cargo install` puts it.
+        let home = tempfile::tempdir_in(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).expect("tempdir");
+        chmod(home.path(), 0o700);
+        let installed = home.path().join(".cargo/bin/workcell");
+        std::fs::create_dir_all(installed.parent().expect("bin")).expect("mkdir");
+        std::fs::copy(bin(), &installed).expect("install");
+        let (_t, dir) = report_copy();
+        chown(&dir, TEST_WORKER_UID, TEST_WORKER_UID);
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"0"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"shell","arguments":{"command":"wc -l /data/notes.md; id -u"}}}"#,
+        ];
+        let mut child = Command::new(&installed)
+            .current_dir(&dir)
+            .args(["mcp", "--backend", backend, "--approve", "shell"])
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("workcell mcp");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all((lines.join("\n") + "\n").as_bytes()).expect("write");
+        }
+        let out = child.wait_with_output().expect("wait");
+        show("workcell mcp", &out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let answer = stdout.lines().find(|l| l.contains(r#""id":2"#)).expect("an answer to the shell call");
+        assert!(answer.contains("/data/notes.md") && answer.contains(&TEST_WORKER_UID.to_string()) && !answer.contains(r#""isError":true"#), "{answer}");
+    }
+}
+
 macro_rules! both {
     ($($test:ident),* $(,)?) => {
         support::backend_suite!(bwrap, "bwrap", [$($test),*]);
@@ -554,6 +601,7 @@ both!(
     grant_under_a_root_owned_zone,
     user_flag,
     localhost_resolves,
+    mcp_session_from_a_root_only_install,
 );
 
 // gVisor has a network stack and name resolution of its own to get right.

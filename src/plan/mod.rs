@@ -15,6 +15,7 @@ use serde::Serialize;
 
 pub mod access;
 pub mod accounts;
+mod agent_program;
 mod control;
 mod gitdir;
 mod hookspath;
@@ -611,7 +612,7 @@ impl LaunchPlan {
     /// Binds the exec agent's socket directory `dir` and this binary (the agent's program)
     /// read-only, both by handle (see `crate::agent`).
     pub fn attach_agent(&mut self, dir: &Path) -> std::io::Result<()> {
-        let exe = std::fs::read_link("/proc/self/exe")?;
+        let exe = agent_program::reachable(dir, self.user)?;
         for (source, target) in [(dir.to_path_buf(), crate::agent::SOCKET_DIR), (exe, crate::agent::PROGRAM)] {
             let held = Held(Arc::new(std::fs::File::open(&source)?.into()));
             self.mounts.push(PlanMount { source, target: target.to_string(), read_only: true, held: Some(held) });
