@@ -1,6 +1,6 @@
 //! The exec agent's program for a session sandbox: this binary, where the worker can reach it.
 
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// This binary as a file the worker can reach. bwrap, running as the worker, opens each bound
@@ -9,19 +9,14 @@ use std::path::{Path, PathBuf};
 /// directory `dir` (workcell's own, shared with the worker) and bound from there.
 pub(super) fn reachable(dir: &Path, user: super::UserSpec) -> std::io::Result<PathBuf> {
     let exe = std::fs::read_link("/proc/self/exe")?;
-    // The mode bits decide (as root, with no ACL asked): a copy where they say no costs a
-    // session's start a few milliseconds, a refusal costs the session.
-    let searchable = |m: &std::fs::Metadata| {
-        let bits = if m.uid() == user.uid {
-            0o100
-        } else if m.gid() == user.gid {
-            0o010
-        } else {
-            0o001
-        };
-        m.mode() & bits != 0
-    };
-    if user.uid == 0 || exe.ancestors().skip(1).all(|d| std::fs::metadata(d).is_ok_and(|m| searchable(&m))) {
+    // The kernel answers, as the worker (ACLs count); where it cannot be asked, a copy costs a
+    // session's start a few milliseconds where a refusal would cost the session.
+    #[cfg(target_os = "linux")]
+    let reachable = user.uid == 0 || matches!(super::access::unsearchable_above_each(&[exe.as_path()], user).pop(), Some(Ok(None)));
+    // Elsewhere no backend reopens the path as the worker.
+    #[cfg(not(target_os = "linux"))]
+    let reachable = true;
+    if reachable {
         return Ok(exe);
     }
     let copy = dir.join("workcell-agent");
