@@ -26,6 +26,7 @@ use std::sync::Arc;
 #[cfg(test)]
 mod against_globs;
 mod forms;
+pub mod history;
 pub mod quarantine;
 pub(crate) mod remove;
 

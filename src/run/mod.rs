@@ -7,6 +7,7 @@
 
 pub mod choose;
 mod delivery;
+pub mod history;
 pub mod planted;
 pub mod refusals;
 pub mod resident;
@@ -323,6 +324,8 @@ impl Session {
             egress: self.egress.as_ref().map(|p| p as &dyn backend::egress::EgressProxy),
             returns: Some(&self.returns),
         };
+        // The repositories' branches and index as the worker finds them (a few reads).
+        let watch = crate::hostrun::history::Watch::take(&self.plan);
         // A pooled sandbox started for exactly this plan, when there is one: claimed for
         // this run alone, and gone at its end like a cold run's container.
         let mut result = match crate::pool::claim(&self.plan, self.selected, output) {
@@ -336,6 +339,9 @@ impl Session {
         // before anyone (the caller, the person) touches the zones again.
         let swept = planted::sweep(&self.plan);
         planted::tell(&swept, &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
+        // Then what it committed or staged: a protected file's content on the current branch
+        // or in the index is set back before the person's `git reset --hard` writes it.
+        history::tell(&watch.check(&self.plan.run_id), &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
         let held_back = self.deliver(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().is_ok_and(|f| f.timed_out));
         // A run that looks successful must not hide that part of its work stayed behind.
         if let Ok(finished) = result.as_mut() {

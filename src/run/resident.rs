@@ -255,6 +255,8 @@ impl Resident {
     /// the host to run (told after its stderr, as for a run).
     pub fn exec(&self, cmd: &ShellRun, timeout: Duration) -> Result<Finished, ResidentError> {
         let timeout = self.call_cap.map_or(timeout, |c| c.min(timeout));
+        // Noted at each call: what the person did between calls is theirs.
+        let watch = crate::hostrun::history::Watch::take(&self.plan);
         let mut finished = match &self.way {
             Way::Agent(stream) => {
                 let request = Request {
@@ -316,6 +318,13 @@ impl Resident {
                 &mut result,
                 &crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id),
             );
+            finished = result.unwrap_or_default();
+        }
+        let reverted = watch.check(&self.plan.run_id);
+        if !reverted.is_empty() {
+            let mut result = Ok(finished);
+            let audit = crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id);
+            super::history::tell(&reverted, &self.plan.run_id, Output::Capture, false, &mut result, &audit);
             finished = result.unwrap_or_default();
         }
         Ok(finished)

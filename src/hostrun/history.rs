@@ -1,0 +1,459 @@
+//! History and the index: what a worker did to the person's current branch, to `HEAD` and to
+//! the index of a repository in a writable zone.
+//!
+//! The protected paths of a checkout are bound read-only, but its refs, objects, index and
+//! `HEAD` stay writable (the worker's own git must commit). So a worker can *commit* a
+//! protected path without ever writing it: with plumbing it puts its own `Makefile` in a
+//! commit on the person's branch and leaves the file on disk as it was. `git status` then
+//! shows ` M Makefile`, and the person's natural undo (`git reset --hard`, `git checkout .`,
+//! `git stash`) writes the worker's file, which `make` runs. Staging it in the index does
+//! the same with one step less.
+//!
+//! So, for each repository whose git directory lies in a writable, bind-delivered zone (found
+//! by its `.git/config`, bound read-only at launch), [`Watch::take`] notes, just before the
+//! worker starts: `HEAD`'s text, the branch it names and that branch's commit, and the
+//! identity (inode, size, times) of `packed-refs`, `reftable/tables.list` and `index`. That is
+//! read beneath the held git directory, naming nothing by path and running no git: when the
+//! worker left all of it as it was, the check after the run costs a few `stat`s.
+//!
+//! When something changed, the host's git is asked (`git`: held directory, no configuration
+//! but the repository's read-only one, bounded): the paths changed between the commit at launch
+//! and the one the branch (or `HEAD`) names now, by their trees, so a rewritten history is
+//! judged like new commits. When one of them is protected in the zone (matched as a path
+//! relative to the zone, whatever the repository's place in it), the branch goes back to the
+//! commit it had (compare-and-swap: not over a change that came later) and the worker's commit
+//! is kept as `refs/workcell/quarantine/RUN_ID` (`-head` for a moved `HEAD`). Commits that
+//! change no protected path stay. Then the index: each entry for a protected path that
+//! differs from the commit `HEAD` now names is set back to that commit's (removed when the
+//! commit has none). That is the "state before the run" only if the person had not staged a
+//! change to that path themselves; the report names the object each entry held, so a person
+//! who had can stage it again (`git update-index --cacheinfo MODE,ID,PATH`).
+//!
+//! Other branches (new ones, or the person's others) are not judged: a branch is the person's
+//! to review before checking it out, and the report says so. A repository nested in the zone
+//! is watched like its root, up to [`MAX_REPOS`]; a git directory outside any writable zone is
+//! out of the worker's reach.
+
+pub mod git;
+
+use std::io::{BufRead, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::Arc;
+
+use rustix::fs::{AtFlags, Mode, OFlags};
+use serde::Serialize;
+
+use super::{Kind, Protection};
+use crate::plan::LaunchPlan;
+use git::{GitError, Repo};
+
+/// Repositories one run watches, at most.
+pub const MAX_REPOS: usize = 64;
+/// How many protected paths a report names (the count goes on).
+pub const KEPT: usize = 20;
+/// The longest `HEAD` or loose ref read.
+const MAX_REF: usize = 4096;
+/// The longest `packed-refs` scanned for the branch at launch (past it, git is asked).
+const MAX_PACKED: u64 = 64 << 20;
+/// Where the worker's commits are kept.
+pub const QUARANTINE: &str = "refs/workcell/quarantine";
+
+/// The identity of a file: a change to it changes one of these.
+type Stamp = (u64, u64, i64, i64, i64, i64, i64);
+
+/// What the check after a run looks at first: equal, nothing to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Looks {
+    head: Option<Vec<u8>>,
+    branch: Option<Vec<u8>>,
+    packed: Option<Stamp>,
+    reftable: Option<Stamp>,
+    index: Option<Stamp>,
+}
+
+/// One repository being watched.
+#[derive(Debug, Clone)]
+struct Watched {
+    target: String,
+    host: Option<String>,
+    /// The work tree relative to the zone (`""` for the zone itself).
+    at: String,
+    repo: Repo,
+    protection: Protection,
+    looks: Looks,
+    /// The branch `HEAD` named at launch (`refs/heads/…`), when it named one.
+    branch: Option<String>,
+    /// The commit `HEAD` resolved to at launch (`None`: an unborn branch).
+    tip: Option<String>,
+}
+
+/// The repositories of a run, as they were when the worker started.
+#[derive(Debug, Clone, Default)]
+pub struct Watch {
+    repos: Vec<Watched>,
+}
+
+/// A ref the check moved back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Moved {
+    /// `refs/heads/NAME`, or `HEAD` (when the worker pointed it elsewhere).
+    pub what: String,
+    /// The commit it had at launch (`None`: none, an unborn branch).
+    pub from: Option<String>,
+    /// The commit the worker left it at.
+    pub to: String,
+    /// Where that commit is kept (`None` when it could not be kept; `error` says why).
+    pub kept: Option<String>,
+    /// The first [`KEPT`] protected paths its commits changed.
+    pub paths: Vec<String>,
+    pub total: usize,
+    /// Why it could not be moved back, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// An index entry set back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Staged {
+    pub path: String,
+    /// What the worker had staged: `MODE ID` (empty when the entry was removed).
+    pub was: String,
+}
+
+/// What the check of one repository did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The zone's mount target.
+    pub target: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The work tree relative to the zone (`.` for the zone itself).
+    pub repository: String,
+    pub moved: Vec<Moved>,
+    /// The commit the index was judged against (`None`: an unborn branch).
+    pub index_base: Option<String>,
+    /// Index entries set back (the first [`KEPT`]), and how many in all.
+    pub index: Vec<Staged>,
+    pub index_total: usize,
+    /// Why the repository could not be fully checked, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+impl Report {
+    /// Whether the check changed something or could not finish: the run exits 3.
+    pub fn acted(&self) -> bool {
+        !self.moved.is_empty() || self.index_total > 0 || self.problem.is_some()
+    }
+}
+
+impl Watch {
+    /// Notes the repositories of `plan`'s protected areas as they are now (call it just
+    /// before the worker starts).
+    pub fn take(plan: &LaunchPlan) -> Watch {
+        let mut repos = Vec::new();
+        for area in &plan.protected {
+            let Some(held) = &area.held else { continue };
+            let host = held.current_path().map(|p| p.to_string_lossy().into_owned());
+            for b in &area.bound {
+                let at = if b.path == ".git/config" {
+                    ""
+                } else if let Some(at) = b.path.strip_suffix("/.git/config") {
+                    at
+                } else {
+                    continue;
+                };
+                if repos.len() >= MAX_REPOS {
+                    break;
+                }
+                let Some(dir) = open_dir(held.0.as_fd(), &format!("{at}{}.git", if at.is_empty() { "" } else { "/" })) else { continue };
+                let repo = Repo::new(Arc::new(dir));
+                let looks = Looks::read(repo.dir().as_fd());
+                let branch = looks.head.as_deref().and_then(symbolic);
+                let tip = launch_tip(&repo, &looks, branch.as_deref());
+                repos.push(Watched {
+                    target: area.target.clone(),
+                    host: host.clone(),
+                    at: at.to_string(),
+                    repo,
+                    protection: area.protection.clone(),
+                    looks,
+                    branch,
+                    tip,
+                });
+            }
+        }
+        Watch { repos }
+    }
+
+    /// Judges what the worker did to each repository since [`Watch::take`], sets back what
+    /// brought a protected path onto the current branch or into the index, and says what it
+    /// did (only the repositories where it did something, or could not check).
+    pub fn check(&self, run_id: &str) -> Vec<Report> {
+        self.repos.iter().filter(|w| Looks::read(w.repo.dir().as_fd()) != w.looks).map(|w| w.check(run_id)).filter(Report::acted).collect()
+    }
+}
+
+impl Looks {
+    fn read(dir: BorrowedFd<'_>) -> Looks {
+        let head = read_beneath(dir, "HEAD", MAX_REF);
+        let branch = head.as_deref().and_then(symbolic).and_then(|b| read_beneath(dir, &b, MAX_REF));
+        Looks { head, branch, packed: stamp(dir, "packed-refs"), reftable: stamp(dir, "reftable/tables.list"), index: stamp(dir, "index") }
+    }
+}
+
+impl Watched {
+    fn check(&self, run_id: &str) -> Report {
+        let mut report = Report {
+            target: self.target.clone(),
+            host: self.host.clone(),
+            repository: if self.at.is_empty() { ".".into() } else { self.at.clone() },
+            ..Report::default()
+        };
+        if let Err(e) = self.judge(run_id, &mut report) {
+            report.problem = Some(e.to_string());
+        }
+        report
+    }
+
+    fn judge(&self, run_id: &str, report: &mut Report) -> Result<(), GitError> {
+        let empty = self.empty_tree()?;
+        let old = self.tip.as_deref();
+        // The branch `HEAD` named at launch.
+        if let Some(branch) = &self.branch {
+            if let Some(now) = self.resolve(branch)?.filter(|now| Some(now.as_str()) != old) {
+                let paths = self.protected_between(old.unwrap_or(&empty), &now)?;
+                if !paths.is_empty() {
+                    let mut moved = self.moved(branch, old, &now, paths, run_id, "");
+                    let back = match old {
+                        Some(old) => self.git(&["update-ref", "-m", "workcell: a worker's commit changed protected paths", branch, old, &now]),
+                        None => self.git(&["update-ref", "-d", branch, &now]),
+                    };
+                    moved.error = back.err().map(|e| e.to_string());
+                    report.moved.push(moved);
+                }
+            }
+        }
+        // `HEAD` itself, when the worker pointed it at another branch or commit.
+        let head = read_beneath(self.repo.dir().as_fd(), "HEAD", MAX_REF);
+        if head != self.looks.head {
+            if let Some(now) = self.resolve("HEAD")?.filter(|now| Some(now.as_str()) != old) {
+                let paths = self.protected_between(old.unwrap_or(&empty), &now)?;
+                if !paths.is_empty() {
+                    let mut moved = self.moved("HEAD", old, &now, paths, run_id, "-head");
+                    let back = match (&self.branch, old) {
+                        (Some(branch), _) => self.git(&["symbolic-ref", "HEAD", branch]),
+                        (None, Some(old)) => self.git(&["update-ref", "--no-deref", "HEAD", old]),
+                        (None, None) => Ok(()),
+                    };
+                    moved.error = back.err().map(|e| e.to_string());
+                    report.moved.push(moved);
+                }
+            }
+        }
+        self.judge_index(&empty, report)
+    }
+
+    /// Sets back the index entries of protected paths that differ from `HEAD`'s commit.
+    fn judge_index(&self, empty: &str, report: &mut Report) -> Result<(), GitError> {
+        if stamp(self.repo.dir().as_fd(), "index").is_none() {
+            return Ok(());
+        }
+        let base = self.resolve("HEAD")?;
+        let tree = base.clone().unwrap_or_else(|| empty.to_string());
+        let names = self.names(&["diff-index", "--cached", "--no-renames", "--name-only", "-z", &tree, "--"])?;
+        let paths: Vec<String> = names.into_iter().filter(|p| self.protected(p)).collect();
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let mut args = vec!["ls-files", "-s", "-z", "--"];
+        args.extend(paths.iter().map(String::as_str));
+        let staged = self.out(&args)?;
+        let mut args = vec!["ls-tree", "-r", "-z", "--full-tree", &tree, "--"];
+        args.extend(paths.iter().map(String::as_str));
+        let committed = self.out(&args)?;
+        // Every stage of each path removed, then the commit's entry (if any) put back.
+        let zero = "0".repeat(empty.len());
+        let mut info: Vec<u8> = Vec::new();
+        for p in &paths {
+            info.extend_from_slice(format!("0 {zero}\t{p}\0").as_bytes());
+        }
+        info.extend_from_slice(&committed);
+        self.repo.run(&["update-index", "-z", "--index-info"], &info, false)?;
+        report.index_base = base;
+        report.index_total = paths.len();
+        report.index = paths
+            .iter()
+            .take(KEPT)
+            .map(|p| {
+                let was = staged
+                    .split(|b| *b == 0)
+                    .filter_map(|l| std::str::from_utf8(l).ok())
+                    .filter_map(|l| l.split_once('\t'))
+                    .find(|(_, path)| path == p)
+                    .map(|(meta, _)| meta.split(' ').take(2).collect::<Vec<_>>().join(" "))
+                    .unwrap_or_default();
+                Staged { path: p.clone(), was }
+            })
+            .collect();
+        Ok(())
+    }
+
+    /// The report of `what` moved back from `now` to `old`, `now` kept under the run's name.
+    fn moved(&self, what: &str, old: Option<&str>, now: &str, paths: Vec<String>, run_id: &str, suffix: &str) -> Moved {
+        let mut kept = None;
+        let mut error = None;
+        // A session runs many calls under one run id: the first free name.
+        for n in 1..=100 {
+            let name = if n == 1 { format!("{QUARANTINE}/{run_id}{suffix}") } else { format!("{QUARANTINE}/{run_id}{suffix}-{n}") };
+            let zero = "0".repeat(now.len());
+            match self.git(&["update-ref", "-m", "workcell: kept a worker's commit", &name, now, &zero]) {
+                Ok(()) => {
+                    kept = Some(name);
+                    break;
+                }
+                Err(e) => error = Some(e.to_string()),
+            }
+        }
+        Moved {
+            what: what.to_string(),
+            from: old.map(str::to_string),
+            to: now.to_string(),
+            kept: kept.clone(),
+            total: paths.len(),
+            paths: paths.into_iter().take(KEPT).collect(),
+            error: if kept.is_some() { None } else { error },
+        }
+    }
+
+    /// The protected paths whose content differs between the trees of `old` and `new`.
+    fn protected_between(&self, old: &str, new: &str) -> Result<Vec<String>, GitError> {
+        let names = self.names(&["diff-tree", "-r", "--no-renames", "--no-ext-diff", "--name-only", "-z", old, new, "--"])?;
+        Ok(names.into_iter().filter(|p| self.protected(p)).collect())
+    }
+
+    /// Whether the repository path `p` is protected in the zone.
+    fn protected(&self, p: &str) -> bool {
+        self.protection.matches_any_case(&Path::new(&self.at).join(p), Kind::Other).is_some()
+    }
+
+    /// The commit `name` resolves to now (`None`: it names none).
+    fn resolve(&self, name: &str) -> Result<Option<String>, GitError> {
+        let out = self.repo.run(&["rev-parse", "-q", "--verify", &format!("{name}^{{commit}}")], b"", true)?;
+        Ok(out.map(|o| String::from_utf8_lossy(&o).trim().to_string()).filter(|s| is_id(s.as_bytes())))
+    }
+
+    /// The empty tree's id in this repository's hash.
+    fn empty_tree(&self) -> Result<String, GitError> {
+        Ok(String::from_utf8_lossy(&self.out(&["hash-object", "-t", "tree", "--stdin"])?).trim().to_string())
+    }
+
+    fn names(&self, args: &[&str]) -> Result<Vec<String>, GitError> {
+        Ok(self.out(args)?.split(|b| *b == 0).filter(|n| !n.is_empty()).map(|n| String::from_utf8_lossy(n).into_owned()).collect())
+    }
+
+    fn out(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
+        Ok(self.repo.run(args, b"", false)?.unwrap_or_default())
+    }
+
+    fn git(&self, args: &[&str]) -> Result<(), GitError> {
+        self.repo.run(args, b"", false).map(|_| ())
+    }
+}
+
+/// The commit `HEAD` resolves to at launch: read from the loose ref or `packed-refs` when
+/// they say, else asked of git (a symbolic branch, a reftable repository).
+fn launch_tip(repo: &Repo, looks: &Looks, branch: Option<&str>) -> Option<String> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    match (branch, looks.head.as_deref()) {
+        (None, Some(head)) if is_id(text(head).as_bytes()) => return Some(text(head)),
+        (Some(_), _) if looks.reftable.is_none() => {
+            if let Some(loose) = looks.branch.as_deref().map(text) {
+                if is_id(loose.as_bytes()) {
+                    return Some(loose);
+                }
+            } else if let Some(id) = branch.and_then(|b| packed(repo.dir().as_fd(), b)) {
+                return Some(id);
+            } else if looks.packed.is_none() {
+                return None;
+            }
+        }
+        _ => {}
+    }
+    let out = repo.run(&["rev-parse", "-q", "--verify", "HEAD^{commit}"], b"", true).ok().flatten()?;
+    Some(text(&out)).filter(|s| is_id(s.as_bytes()))
+}
+
+/// The branch a `HEAD` text names (`ref: refs/heads/…`), when it is a plain one.
+fn symbolic(head: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(head).ok()?.trim_end_matches('\n');
+    let name = text.strip_prefix("ref: ")?.trim();
+    let plain = name.starts_with("refs/heads/") && !name.contains("..") && !name.split('/').any(|c| c.is_empty() || c.starts_with('.'));
+    (plain && !name.bytes().any(|b| b.is_ascii_control() || b == b' ')).then(|| name.to_string())
+}
+
+/// Whether `s` is a full object id (SHA-1 or SHA-256).
+fn is_id(s: &[u8]) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.iter().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The id `packed-refs` gives `name`, scanned line by line (at most [`MAX_PACKED`] bytes).
+fn packed(dir: BorrowedFd<'_>, name: &str) -> Option<String> {
+    let file = open_file(dir, "packed-refs")?;
+    let reader = std::io::BufReader::new(std::fs::File::from(file).take(MAX_PACKED));
+    reader.split(b'\n').map_while(Result::ok).find_map(|line| {
+        let (id, r) = line.split_at(line.iter().position(|b| *b == b' ')?);
+        (r.get(1..) == Some(name.as_bytes()) && is_id(id)).then(|| String::from_utf8_lossy(id).into_owned())
+    })
+}
+
+/// The directory `rel` beneath `dir`, one name at a time, no link followed.
+fn open_dir(dir: BorrowedFd<'_>, rel: &str) -> Option<OwnedFd> {
+    let mut cur = rustix::fs::openat(dir, ".", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    for name in rel.split('/').filter(|n| !n.is_empty()) {
+        if name == ".." {
+            return None;
+        }
+        cur = rustix::fs::openat(&cur, name, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    }
+    Some(cur)
+}
+
+/// The regular file `rel` beneath `dir`, opened for reading as [`open_dir`] walks.
+fn open_file(dir: BorrowedFd<'_>, rel: &str) -> Option<OwnedFd> {
+    let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let parent = open_dir(dir, parent)?;
+    let fd = rustix::fs::openat(&parent, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()).ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    (rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile).then_some(fd)
+}
+
+/// The first `max` bytes of the regular file `rel` beneath `dir`.
+fn read_beneath(dir: BorrowedFd<'_>, rel: &str, max: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    std::fs::File::from(open_file(dir, rel)?).take(max as u64).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// The identity of `rel` beneath `dir` (not followed if a link: a link's own identity).
+fn stamp(dir: BorrowedFd<'_>, rel: &str) -> Option<Stamp> {
+    let (parent, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let parent = open_dir(dir, parent)?;
+    let st = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    Some((st.st_dev, st.st_ino, st.st_size, st.st_mtime, st.st_mtime_nsec as i64, st.st_ctime, st.st_ctime_nsec as i64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_branches_are_read_by_name() {
+        assert_eq!(symbolic(b"ref: refs/heads/main\n").as_deref(), Some("refs/heads/main"));
+        assert_eq!(symbolic(b"ref: refs/heads/a/b\n").as_deref(), Some("refs/heads/a/b"));
+        for bad in [&b"ref: refs/heads/../../config\n"[..], b"ref: refs/tags/x\n", b"ref: refs/heads/.x\n", b"0123\n", b"ref: refs/heads//x"] {
+            assert_eq!(symbolic(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+    }
+}
