@@ -93,6 +93,66 @@ impl Identity {
     }
 }
 
+impl Identity {
+    /// Runs `f` with [`Acting`] hands that do single operations with this identity's rights,
+    /// one at a time, for as long as `f` runs: a series of operations (a publish, thousands of
+    /// files) costs one thread, not one per operation. `Own` hands run each in place; an
+    /// error when the worker's ids cannot be taken (nothing was run).
+    pub fn acting<'env, R>(self, f: impl FnOnce(&Acting<'env>) -> R) -> Result<R, SwitchError> {
+        let Identity::Worker(user) = self else { return Ok(f(&Acting { jobs: None, user: None })) };
+        if ACTING.with(Cell::get) == Some(user) {
+            return Ok(f(&Acting { jobs: None, user: None }));
+        }
+        let failed = |reason: String| SwitchError { uid: user.uid, gid: user.gid, reason };
+        std::thread::scope(|s| {
+            let (jobs, queue) = std::sync::mpsc::channel::<Job<'env>>();
+            let (ready, started) = std::sync::mpsc::sync_channel(1);
+            let spawned = std::thread::Builder::new().name("workcell-as-worker".into()).spawn_scoped(s, move || {
+                if let Err(e) = become_worker(user) {
+                    let _ = ready.send(Err(e));
+                    return;
+                }
+                ACTING.with(|a| a.set(Some(user)));
+                let _ = ready.send(Ok(()));
+                for job in queue {
+                    job();
+                }
+            });
+            if let Err(e) = spawned {
+                return Err(failed(format!("no thread could be started ({e})")));
+            }
+            started.recv().map_err(|_| failed("its thread ended before it started".into()))??;
+            // Dropped when `f` returns: the queue closes and the thread ends before the scope.
+            let hands = Acting { jobs: Some(jobs), user: Some(user) };
+            Ok(f(&hands))
+        })
+    }
+}
+
+type Job<'env> = Box<dyn FnOnce() + Send + 'env>;
+
+/// Hands holding an identity's rights (see [`Identity::acting`]).
+pub struct Acting<'env> {
+    /// `None`: workcell's own rights, or a thread that already acts as the worker.
+    jobs: Option<std::sync::mpsc::Sender<Job<'env>>>,
+    user: Option<UserSpec>,
+}
+
+impl<'env> Acting<'env> {
+    /// Runs `f` with these hands' rights and returns its result. `f` owns or borrows only
+    /// what outlives the hands: it runs on their thread while the caller waits.
+    pub fn run<R: Send + 'env>(&self, f: impl FnOnce() -> R + Send + 'env) -> Result<R, SwitchError> {
+        let (Some(jobs), Some(user)) = (&self.jobs, self.user) else { return Ok(f()) };
+        let gone = || SwitchError { uid: user.uid, gid: user.gid, reason: "its thread has ended".into() };
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        jobs.send(Box::new(move || {
+            let _ = done.send(f());
+        }))
+        .map_err(|_| gone())?;
+        result.recv().map_err(|_| gone())
+    }
+}
+
 /// Runs `f` with workcell's own rights. On a thread acting as a worker (inside
 /// [`Identity::run`]) its effective uid returns to 0 for `f` (which restores its effective
 /// capabilities) and to the worker's right after, even when `f` panics; elsewhere `f` runs
@@ -204,5 +264,30 @@ mod tests {
         assert_ne!(inside.1, "0000000000000000", "stepped back: workcell's capabilities");
         assert_eq!(after, (4242, "0000000000000000".to_string()), "and the worker's ids again after");
         assert!(rustix::process::geteuid().is_root(), "the caller's thread keeps its ids");
+    }
+
+    /// Only as root: acting hands run every job on one thread holding the worker's ids, and
+    /// the caller's thread keeps its own; own hands run in place.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn acting_hands_are_one_thread_with_the_workers_ids() {
+        let here = std::thread::current().id();
+        let in_place = Identity::Own.acting(|hands| hands.run(|| std::thread::current().id()).unwrap()).unwrap();
+        assert_eq!(in_place, here);
+        if !rustix::process::geteuid().is_root() {
+            return;
+        }
+        let user = UserSpec { uid: 4242, gid: 4343 };
+        let (a, b) = Identity::of(user)
+            .acting(|hands| {
+                let job = || (std::thread::current().id(), rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+                let a = hands.run(job).unwrap();
+                assert!(rustix::process::geteuid().is_root(), "the caller's thread keeps its ids between jobs");
+                (a, hands.run(job).unwrap())
+            })
+            .unwrap();
+        assert_eq!(a, b, "both jobs on the same thread");
+        assert_ne!(a.0, here);
+        assert_eq!((a.1, a.2), (4242, 4343));
     }
 }

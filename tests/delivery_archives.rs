@@ -13,6 +13,7 @@ use proptest::prelude::*;
 use workcell::delivery::collect::{collect_tar, Staging};
 use workcell::delivery::summary::{FileItem, Listed};
 use workcell::delivery::{baseline, publish, DeliveryError, Policy, Reason, Summary};
+use workcell::identity::Identity;
 use workcell::plan::UserSpec;
 
 /// A zone holding `keep.md`, `sub/k.md` and a link `esc -> ../outside` planted by the host,
@@ -81,7 +82,7 @@ fn deliver(f: &Fixture, archive: &[u8]) -> Result<Summary, DeliveryError> {
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(archive, &policy(), &mut staging)?;
     let changes = publish::diff("zone", &zone, &copy.baseline, &collected);
-    Ok(changes.publish(&zone, &staging))
+    Ok(changes.publish(&zone, &staging, Identity::Own))
 }
 
 /// Every entry beneath `dir`, with its kind and content, links not followed.
@@ -238,7 +239,7 @@ fn deletions_and_host_changes() {
     fs::write(f.zone.join("keep.md"), "host edit").unwrap();
     let mut staging = Staging::new().unwrap();
     let collected = collect_tar(&a[..], &policy(), &mut staging).unwrap();
-    let s = publish::diff("zone", &zone, &copy.baseline, &collected).publish(&zone, &staging);
+    let s = publish::diff("zone", &zone, &copy.baseline, &collected).publish(&zone, &staging, Identity::Own);
     assert_eq!(s.conflicts.shown(), ["keep.md"], "{s:?}");
     assert_eq!(s.deleted.shown(), ["sub/k.md"], "{s:?}");
     assert_eq!(fs::read_to_string(f.zone.join("keep.md")).unwrap(), "host edit", "a host change was overwritten");
@@ -273,7 +274,7 @@ fn host_changes_after_the_check_fail_only_their_own_changes() {
     fs::remove_dir_all(f.zone.join("b")).unwrap();
     fs::write(f.root.join("outside/x.md"), "x").unwrap();
     symlink("../outside", f.zone.join("b")).unwrap();
-    let s = changes.publish(&zone, &staging);
+    let s = changes.publish(&zone, &staging, Identity::Own);
     assert_eq!(s.status, workcell::delivery::Status::Published, "{s:?}");
     assert_eq!(s.conflicts.shown(), ["a/x.md", "b/x.md"], "{s:?}");
     assert_eq!(s.deleted.shown(), ["c.md"], "{s:?}");

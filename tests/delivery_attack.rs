@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use workcell::delivery::collect::{collect_tar, Staging};
 use workcell::delivery::{baseline, publish, Policy, Status, Summary};
+use workcell::identity::Identity;
 use workcell::plan::UserSpec;
 
 struct Zone {
@@ -52,7 +53,7 @@ fn publish_with(z: &Zone, worker: &[(&str, &str)], host: impl FnOnce(&Path)) -> 
     let collected = collect_tar(&archive(worker)[..], &Policy::default(), &mut staging).unwrap();
     let changes = publish::diff("zone", &handle, &copy.baseline, &collected);
     host(&z.zone);
-    changes.publish(&handle, &staging)
+    changes.publish(&handle, &staging, Identity::Own)
 }
 
 fn failed(s: &Summary) -> Vec<&str> {
@@ -148,7 +149,7 @@ fn publish_declining(z: &Zone, worker: &[(&str, &str)], keep: impl FnMut(&publis
     let collected = collect_tar(&archive(worker)[..], &Policy::default(), &mut staging).unwrap();
     let mut changes = publish::diff("zone", &handle, &copy.baseline, &collected);
     changes.decline(keep);
-    changes.publish(&handle, &staging)
+    changes.publish(&handle, &staging, Identity::Own)
 }
 
 /// A reviewer who says no to every file of a new directory (and yes to the rest) does not
@@ -194,7 +195,7 @@ fn what_turns_a_directory_with_config_into_a_git_directory_is_withheld() {
     let collected = collect_tar(&archive(&worker)[..], &Policy::default(), &mut staging).unwrap();
     let mut changes = publish::diff("zone", &handle, &copy.baseline, &collected);
     changes.withhold_hostrun(&collected, &workcell::hostrun::Protection::default());
-    let s = changes.publish(&handle, &staging);
+    let s = changes.publish(&handle, &staging, Identity::Own);
     eprintln!("{}", s.text());
     for made in ["evil/HEAD", "evil/objects", "evil/commondir"] {
         assert!(!z.zone.join(made).exists(), "{made} was published: evil/ is now a git directory with the host's config");

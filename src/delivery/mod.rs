@@ -6,8 +6,9 @@
 //! exit [`walk::archive`] streams the copy as a tar archive into [`collect::collect_tar`],
 //! which refuses everything that is not a plain file or directory with a clean name inside
 //! the zone's policy and stages what passes; [`publish::diff`] compares that with the
-//! baseline and the host as it is now; [`publish::publish`] writes the result beneath the
-//! zone's handle, one temporary file and rename per file. The checker only ever sees a tar
+//! baseline and the host as it is now; [`publish::Changes::publish`] writes the result
+//! beneath the zone's handle, one temporary file and rename per file, with the worker's
+//! rights (only what its own user could change on the host lands). The checker only ever sees a tar
 //! stream, so the proptest of hostile archives drives the very code a run uses.
 
 pub mod baseline;
@@ -100,6 +101,11 @@ pub enum Reason {
         size: u64,
         max: u64,
     },
+    /// A change the worker's own user could not make on the host (the directory or the file
+    /// refuses that uid: owner, mode, ACL, sticky bit): its copy let it, the host keeps its own.
+    WorkerMayNotWrite {
+        uid: u32,
+    },
 }
 
 impl std::fmt::Display for Reason {
@@ -131,6 +137,10 @@ impl std::fmt::Display for Reason {
             Reason::TooLargeToCopy { size, max } => write!(
                 f,
                 "the host has a file here too large to copy ({size} bytes, over the zone's max_file_bytes, {max}), so the worker never had it; it is left as the host has it"
+            ),
+            Reason::WorkerMayNotWrite { uid } => write!(
+                f,
+                "the worker (uid {uid}) may not write here on the host (nor could it in a bind zone); the host keeps what it has. To publish such a change, give uid {uid} write access there (chown, chmod or an ACL), or run the worker as a user who has it (defaults.user)"
             ),
         }
     }

@@ -2,7 +2,8 @@
 //! handle. Every path is reached one component at a time with `O_NOFOLLOW | O_DIRECTORY`
 //! from the handle; a file is written under a temporary name and renamed over its place, so
 //! a reader of the zone sees the old file or the new one, never half of one. A host file
-//! that is no longer what the copy was taken from is a conflict, left as it is.
+//! that is no longer what the copy was taken from is a conflict, left as it is. Only what
+//! the worker's own user could change on the host is changed (`apply`).
 
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::CString;
@@ -12,12 +13,13 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::fs::{AtFlags, Mode, OFlags, Stat};
 
 use super::baseline::Baseline;
-use super::collect::{Collected, FileOut, Staging};
+use super::collect::{Collected, FileOut};
 use super::summary::{Listed, Names, Refusal, Status, Summary};
-use super::swap::{self, Outcome};
 use super::walk::open_dir;
 use super::Reason;
 use crate::hostrun::{Kind, Protection};
+
+mod apply;
 
 /// One change a publish would make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,19 +66,17 @@ fn cname(s: &str) -> io::Result<CString> {
     CString::new(s).map_err(|_| io::Error::other("a name with a NUL byte"))
 }
 
-/// The parent directory of `path` beneath `zone`, opened without following links; created
-/// (owned like the zone) when `create` says so.
-fn parent(zone: BorrowedFd<'_>, path: &[String], create: Option<&Stat>) -> io::Result<OwnedFd> {
+/// The parent directory of `path` beneath `zone`, opened without following links; the
+/// directories missing on the way made when `create` says so (by whoever calls: on publish,
+/// the worker's user, whose they then are).
+fn parent(zone: BorrowedFd<'_>, path: &[String], create: bool) -> io::Result<OwnedFd> {
     let mut dir = rustix::fs::openat(zone, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     for c in &path[..path.len().saturating_sub(1)] {
         let c = cname(c)?;
         dir = match open_dir(&dir, &c) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound && create.is_some() => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
                 rustix::fs::mkdirat(&dir, &c, Mode::from_raw_mode(0o755))?;
-                let d = open_dir(&dir, &c)?;
-                let owner = create.expect("checked");
-                std::os::unix::fs::fchown(&d, Some(owner.st_uid), Some(owner.st_gid))?;
-                d
+                open_dir(&dir, &c)?
             }
             other => other?,
         };
@@ -87,7 +87,7 @@ fn parent(zone: BorrowedFd<'_>, path: &[String], create: Option<&Stat>) -> io::R
 /// The host entry at `path` now (`None` when there is none); an error when a directory on
 /// the way is a link or not a directory.
 fn host_state(zone: BorrowedFd<'_>, path: &[String]) -> io::Result<Option<Stat>> {
-    let dir = match parent(zone, path, None) {
+    let dir = match parent(zone, path, false) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         other => other?,
     };
@@ -366,113 +366,6 @@ impl Changes {
             too_large: self.too_large.clone(),
             ..Summary::new(&self.zone)
         }
-    }
-
-    /// Writes the accepted changes beneath `zone`, each on its own: a change that fails is
-    /// named with its error and the others still land. Deletions are made only when every
-    /// write landed: a file the worker moved must not vanish because its new name could not
-    /// be written, whether the write failed or met a host change made during the publish (a
-    /// conflict). The summary says exactly what is on the host.
-    pub fn publish(self, zone: impl AsFd, staging: &Staging) -> Summary {
-        let zone = zone.as_fd();
-        let mut s = self.fixed();
-        let zst = match rustix::fs::fstat(zone) {
-            Ok(st) => st,
-            Err(e) => return Summary { status: Status::Withheld, withheld: Some(format!("cannot read the zone: {e}")), ..s },
-        };
-        let show = |p: &[String], dir: bool| format!("{}{}", p.join("/"), if dir { "/" } else { "" });
-        let mut landed = 0usize;
-        // A write that met a host change here: the plan the person accepted is broken as
-        // much as by a failed write.
-        let mut conflicted = false;
-        for path in &self.mkdirs {
-            let mut full = path.clone();
-            full.push(".".into());
-            match parent(zone, &full, Some(&zst)) {
-                Ok(_) => {
-                    s.dirs_added.name(&show(path, true));
-                    landed += 1;
-                }
-                // The host put something else in its place meanwhile.
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, true)),
-                Err(e) => s.failed.fail(&show(path, true), e.to_string()),
-            }
-        }
-        for (path, f) in &self.writes {
-            let seen = self.baseline.files.get(path);
-            let done = parent(zone, path, Some(&zst)).and_then(|dir| {
-                let n = cname(&path[path.len() - 1])?;
-                swap::write(dir.as_fd(), &n, f, seen, (zst.st_uid, zst.st_gid), staging)
-            });
-            match done {
-                Ok(Outcome::Landed) => {
-                    record(&mut s, &Entry { op: if seen.is_some() { Op::Change } else { Op::Add }, path, file: Some(f) });
-                    landed += 1;
-                }
-                Ok(Outcome::Conflict) => {
-                    conflicted = true;
-                    s.conflicts.name(&show(path, false))
-                }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) => {
-                    conflicted = true;
-                    s.conflicts.name(&show(path, false))
-                }
-                Err(e) => s.failed.fail(&show(path, false), e.to_string()),
-            }
-        }
-        let hold = if !s.failed.is_empty() {
-            Some("another change did not land")
-        } else if conflicted {
-            Some("another change met a host change during the publish")
-        } else {
-            None
-        };
-        for path in &self.deletes {
-            if let Some(why) = hold {
-                s.failed.fail(&show(path, false), format!("not deleted: {why}, and the worker may have moved this file there"));
-                continue;
-            }
-            let done = parent(zone, path, None).and_then(|dir| {
-                let n = cname(&path[path.len() - 1])?;
-                swap::delete(dir.as_fd(), &n, &self.baseline.files[path])
-            });
-            match done {
-                Ok(Outcome::Landed) => {
-                    s.deleted.name(&show(path, false));
-                    landed += 1;
-                }
-                Ok(Outcome::Conflict) => s.conflicts.name(&show(path, false)),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP)) => s.conflicts.name(&show(path, false)),
-                Err(e) => s.failed.fail(&show(path, false), e.to_string()),
-            }
-        }
-        for path in &self.rmdirs {
-            if let Some(why) = hold {
-                s.failed.fail(&show(path, true), format!("not removed: {why}"));
-                continue;
-            }
-            let Ok(dir) = parent(zone, path, None) else { continue };
-            let Ok(n) = cname(&path[path.len() - 1]) else { continue };
-            match rustix::fs::unlinkat(&dir, n.as_c_str(), AtFlags::REMOVEDIR) {
-                Ok(()) => {
-                    s.dirs_deleted.name(&show(path, true));
-                    landed += 1;
-                }
-                // Filled or removed by the host meanwhile, or holding what was refused: it stays.
-                Err(rustix::io::Errno::NOTEMPTY | rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => {}
-                Err(e) => s.failed.fail(&show(path, true), io::Error::from(e).to_string()),
-            }
-        }
-        s.status = match (landed, s.failed.is_empty()) {
-            (_, true) if s.is_empty() => Status::NoChanges,
-            (_, true) => Status::Published,
-            (0, false) => {
-                s.withheld = Some("no change could be written (see failed)".into());
-                Status::Withheld
-            }
-            (_, false) => Status::Partial,
-        };
-        s
     }
 }
 

@@ -22,7 +22,7 @@ use rustix::io::Errno;
 use sha2::{Digest, Sha256};
 
 use super::baseline::Seen;
-use super::collect::{FileOut, Staging};
+use super::collect::FileOut;
 
 /// What became of one change.
 #[derive(Debug, PartialEq, Eq)]
@@ -72,12 +72,13 @@ fn unchanged_after_rename(dir: BorrowedFd<'_>, name: &CStr, seen: &Seen) -> io::
     Ok(<[u8; 32]>::from(hasher.finalize()) == seen.sha256)
 }
 
-/// Writes `f` as `name` beneath `dir`: new when `seen` is `None`, else replacing the file
-/// the copy was taken from. `now` is the host entry as it was looked at just before (its
-/// owner and mode are kept); `owner` owns a new file.
-pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>, owner: (u32, u32), staging: &Staging) -> io::Result<Outcome> {
+/// Writes `f` (its staged content: `src`) as `name` beneath `dir`: new when `seen` is
+/// `None`, else replacing the file the copy was taken from. A changed file keeps the owner
+/// and mode of the host file it replaces; a new one is its maker's (on publish, the worker's
+/// user).
+pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>, src: std::fs::File) -> io::Result<Outcome> {
     let now = stat_at(dir, name)?;
-    let (uid, gid, mode) = match (seen, &now) {
+    let (owner, mode) = match (seen, &now) {
         (Some(s), Some(st)) if s.same(st) => {
             let mut mode = st.st_mode & 0o777;
             if f.executable {
@@ -85,9 +86,9 @@ pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>,
             } else {
                 mode &= !0o111;
             }
-            (st.st_uid, st.st_gid, mode)
+            (Some((st.st_uid, st.st_gid)), mode)
         }
-        (None, None) => (owner.0, owner.1, if f.executable { 0o755 } else { 0o644 }),
+        (None, None) => (None, if f.executable { 0o755 } else { 0o644 }),
         _ => return Ok(Outcome::Conflict),
     };
     let tmp = temp_name("publish")?;
@@ -99,10 +100,11 @@ pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>,
     )?;
     let mut out = std::fs::File::from(fd);
     let result = (|| {
-        let mut src = staging.open(&f.staged)?.take(f.size);
-        io::copy(&mut src, &mut out)?;
+        io::copy(&mut src.take(f.size), &mut out)?;
         out.flush()?;
-        std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
+        }
         rustix::fs::fchmod(&out, Mode::from_raw_mode(mode))?;
         match seen {
             None => match rustix::fs::renameat_with(dir, tmp.as_c_str(), dir, name, RenameFlags::NOREPLACE) {

@@ -231,7 +231,7 @@ fn owner_of(dir: &std::path::Path) -> Option<Owner> {
 
 #[cfg(target_os = "linux")]
 /// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: the held object itself.
-fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> std::io::Result<()> {
+pub(crate) fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> std::io::Result<()> {
     // SAFETY: a valid descriptor and a NUL-terminated empty path; the call reads nothing else.
     let r = unsafe { libc::syscall(libc::SYS_faccessat2, fd.as_raw_fd(), c"".as_ptr(), mode, libc::AT_EACCESS | libc::AT_EMPTY_PATH) };
     if r == 0 {

@@ -35,6 +35,8 @@ pub(super) struct Delivery {
     control: Vec<Vec<String>>,
     /// The copy went to a remote engine: its result comes back as an archive (`Returns`).
     shipped: bool,
+    /// The worker's user: publishing makes only the changes it could make on the host.
+    user: crate::plan::UserSpec,
 }
 
 /// How the results are shown and approved.
@@ -81,6 +83,7 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
             protection: zone.protection.clone(),
             control: c.withhold.iter().map(|p| p.split('/').map(str::to_string).collect()).collect(),
             shipped: plan.shipped.is_some(),
+            user: plan.user,
         });
     }
     Ok(out)
@@ -206,7 +209,7 @@ fn deliver(d: &Delivery, returns: &Returns, review: Review, mode: ApprovalMode) 
         s.withheld = Some(why.to_string());
         return (s, shown);
     }
-    (changes.publish(&*d.host.0, &staging), shown)
+    (changes.publish(&*d.host.0, &staging, crate::identity::Identity::of(d.user)), shown)
 }
 
 /// What [`approve`] decided, and whether a person was shown the pending summary.
