@@ -27,6 +27,7 @@ use std::sync::Arc;
 mod against_globs;
 mod forms;
 pub mod history;
+pub mod home;
 pub mod quarantine;
 pub(crate) mod remove;
 

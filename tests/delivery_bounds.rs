@@ -3,7 +3,8 @@
 //! `max_file_bytes` is not copied (nothing written, the host file untouched); a sparse file
 //! within the bounds is copied sparse; a 100,000-level directory chain the worker leaves in
 //! its copy does not keep the copy on disk; a zone over the entry limit is refused before the
-//! worker starts; too little free space for the copy refuses the run. Each run gets a
+//! worker starts; too little free space for the copy refuses the run; a zone the worker
+//! leaves over the bounds is withheld whole, said so, and the run exits 3. Each run gets a
 //! `TMPDIR` of its own, so "nothing left behind" is exact.
 
 mod support;
@@ -44,12 +45,15 @@ impl Proj {
     }
 
     fn command(&self, backend: &str, script: &str) -> Command {
+        let mut c = self.command_text(backend, &["--json"]);
+        c.args(["--", "sh", "-c", script]);
+        c
+    }
+
+    /// `workcell run --backend BACKEND EXTRA…`, the command still to add.
+    fn command_text(&self, backend: &str, extra: &[&str]) -> Command {
         let mut c = Command::new(assert_cmd::cargo::cargo_bin("workcell"));
-        c.current_dir(&self.dir)
-            .env_remove("RUST_LOG")
-            .env("TMPDIR", &self.tmpdir)
-            .args(["run", "--backend", backend, "--json", "--", "sh", "-c", script])
-            .stdin(Stdio::null());
+        c.current_dir(&self.dir).env_remove("RUST_LOG").env("TMPDIR", &self.tmpdir).args(["run", "--backend", backend]).args(extra).stdin(Stdio::null());
         c
     }
 
@@ -160,6 +164,28 @@ mod body {
         assert_eq!(p.left_behind(), Vec::<String>::new(), "the copy stayed in TMPDIR");
     }
 
+    /// Issue 37 finding 11: a worker that leaves more than the zone's 4 GiB (a sparse file,
+    /// free for it) gets nothing delivered; the run must not end 0 with "no changes" while
+    /// its other work is lost: exit 3, and the summary says the zone was withheld and why.
+    pub fn a_zone_withheld_whole_ends_the_run_with_3(backend: &str) {
+        let p = Proj::new("");
+        let script = "cd /out && echo work > result.md && truncate -s 5G huge.img && echo DONE";
+        let out = report(p.command_text(backend, &[]).args(["--", "sh", "-c", script]).output().expect("run workcell"));
+        assert!(stdout(&out).contains("DONE"), "the worker ran");
+        assert_eq!(out.status.code(), Some(3), "a zone withheld whole ended the run with its worker's 0");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("no changes"), "the summary says no changes: {err}");
+        assert!(err.contains("zone withheld whole") && err.contains("more than 4294967296 bytes"), "the summary says the zone was withheld and why: {err}");
+        assert!(!p.out("result.md").exists() && !p.out("huge.img").exists(), "something was published");
+        // The same with --json: status withheld, its reason, nothing counted as published.
+        let out = p.run(backend, script);
+        assert_eq!(out.status.code(), Some(3));
+        let s = summary(&out);
+        assert_eq!((s["status"].as_str(), s["published"].as_bool()), (Some("withheld"), Some(false)), "{s}");
+        assert!(s["withheld"].as_str().unwrap_or_default().contains("more than 4294967296 bytes"), "{s}");
+        assert_eq!(p.left_behind(), Vec::<String>::new());
+    }
+
     pub fn a_zone_over_the_entry_limit_is_refused_before_start(backend: &str) {
         let p = Proj::new("");
         std::fs::create_dir(p.out("many")).unwrap();
@@ -204,6 +230,7 @@ support::backend_suite!(
         a_sparse_document_over_max_file_bytes_is_not_copied,
         a_sparse_file_within_the_bounds_is_copied_sparse,
         a_deep_chain_in_the_copy_leaves_nothing_behind,
+        a_zone_withheld_whole_ends_the_run_with_3,
         a_zone_over_the_entry_limit_is_refused_before_start,
         too_little_free_space_refuses_the_copy
     ]
@@ -215,6 +242,7 @@ support::backend_suite!(
         a_sparse_document_over_max_file_bytes_is_not_copied,
         a_sparse_file_within_the_bounds_is_copied_sparse,
         a_deep_chain_in_the_copy_leaves_nothing_behind,
+        a_zone_withheld_whole_ends_the_run_with_3,
         a_zone_over_the_entry_limit_is_refused_before_start
     ]
 );

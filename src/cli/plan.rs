@@ -183,6 +183,10 @@ fn print_protected(plan: &LaunchPlan) {
     outln!("{} (files the host runs: existing ones read-only, new ones moved aside after the run):", heading("protected"));
     for a in &plan.protected {
         outln!("  {}", escape(&a.target));
+        if let Some(why) = &a.home {
+            // `why` is escaped where it is made (it names users and paths).
+            outln!("    home directory: {why}: its start-up files, PATH folders and tools' configurations are protected too");
+        }
         outln!("    entries:        {}", escape(&a.entries.join(", ")));
         if !a.unprotected.is_empty() {
             outln!("    turned off:     {} (unprotect)", escape(&a.unprotected.join(", ")));

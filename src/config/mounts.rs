@@ -144,12 +144,6 @@ impl MountBuilder<'_> {
         unprotect: Option<&[Spanned<String>]>,
     ) -> Result<(), ConfigError> {
         let diag = self.diag;
-        // Each entry turned off must be one in force here, so that a typo protects nothing
-        // silently less.
-        let mut protection = self.protection.clone();
-        for e in unprotect.unwrap_or_default() {
-            protection = protection.without(std::slice::from_ref(&e.value)).map_err(|m| diag.spanned(e, format!("unprotect: {m}")))?;
-        }
         let (mount_point, point_loc) = match point {
             Some(p) => p,
             None => {
@@ -204,6 +198,18 @@ impl MountBuilder<'_> {
         let opened = rustix::fs::open(&host_path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| diag.at(host_loc, format!("cannot open the host directory '{}': {e}", host_path.display())))?;
         hostdir::check(&zone, opened.as_fd(), mode, &host_path).map_err(|e| diag.at(host_loc, e.to_string()))?;
+        // A zone that is a home by where it is or by the start-up file at its top gets the
+        // home entries now, so that `unprotect:` can turn one off (a deeper home is found by
+        // the walk at launch: `plan::protected`).
+        let mut protection = self.protection.clone();
+        if crate::hostrun::home::at_top(opened.as_fd(), &host_path).is_some() {
+            protection = crate::hostrun::home::widen(&protection).map_err(|m| diag.at(host_loc, m.to_string()))?;
+        }
+        // Each entry turned off must be one in force here, so that a typo protects nothing
+        // silently less.
+        for e in unprotect.unwrap_or_default() {
+            protection = protection.without(std::slice::from_ref(&e.value)).map_err(|m| diag.spanned(e, format!("unprotect: {m}")))?;
+        }
         for (other, loc) in self.mounts.iter().zip(&self.spans) {
             if host_path.starts_with(&other.host_path) || other.host_path.starts_with(&host_path) {
                 return Err(diag.at(

@@ -5,29 +5,28 @@
 //! (`0/`, `0/a.txt`), Podman under `/` (`/`, `/a.txt`). The first entry names the tree's
 //! root; every later one must lie beneath it, or nothing is delivered. Only names, types,
 //! modes, sizes and contents pass on: owners, times, PAX records (the worker cannot mark a
-//! file as [`super::collect::OVERSIZE_KEY`]) and link targets are dropped, and links and
-//! special files keep their type so that the checker refuses them as it does locally.
+//! file as [`super::collect::OVERSIZE_KEY`]) and symbolic links' targets are dropped, links
+//! and special files keep their type so that the checker refuses them as it does locally, and
+//! a hard link keeps its target (made relative), whose name the checker refuses too.
+//!
+//! The archive is read once, as the engine sends it: nothing of it is kept but what the
+//! checker accepts and stages, so what the host holds is bounded by the zone's limits and
+//! the staging's room, and a file over `max_file_bytes` is refused from its header, its
+//! content read through and dropped.
 
-use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 
 use super::collect::{self, Collected, Staging};
 use super::{DeliveryError, Policy};
 
-/// Checks the archive `input` (as the engine sent it) against `policy`, staging what passes.
-///
-/// Read twice: an engine's tar names a hard-linked file's first name as a plain file and
-/// only the later ones as links to it; the first pass finds those, so that every name of
-/// such a file reaches the checker as a link (refused, as on this host, where the walk marks
-/// every name of a file with more than one).
-pub fn collect(mut input: std::fs::File, policy: &Policy, staging: &mut Staging) -> Result<Collected, DeliveryError> {
-    use std::io::Seek;
-    let linked = link_targets(&mut input).map_err(DeliveryError::Archive)?;
-    input.rewind().map_err(DeliveryError::Archive)?;
+/// Checks the archive `input` (as the engine sends it, read once, as it arrives) against
+/// `policy`, staging what passes; nothing else of it is kept. A hard link keeps its
+/// (relative) target, so that the checker refuses every name of such a file.
+pub fn collect(input: impl Read + Send, policy: &Policy, staging: &mut Staging) -> Result<Collected, DeliveryError> {
     let (reader, writer) = io::pipe().map_err(DeliveryError::io("open a pipe", ""))?;
     std::thread::scope(|s| {
-        let rewriter = s.spawn(move || relative(input, writer, &linked));
+        let rewriter = s.spawn(move || relative(input, writer));
         let collected = collect::collect_tar(reader, policy, staging);
         let rewritten = rewriter.join().unwrap_or_else(|_| Err(io::Error::other("the archive reader panicked")));
         // The checker stopped early (a limit): its error is the reason, not the broken pipe.
@@ -74,36 +73,31 @@ impl Names {
     }
 }
 
-/// The (relative) names that hard links in `input` point at.
-fn link_targets(input: impl Read) -> io::Result<HashSet<Vec<u8>>> {
-    let mut archive = tar::Archive::new(input);
-    let mut names = Names::default();
-    let mut out = HashSet::new();
-    for entry in archive.entries()? {
-        let entry = entry?;
-        names.relative(&entry.path_bytes())?;
-        if entry.header().entry_type() == tar::EntryType::Link {
-            if let Some(target) = entry.link_name_bytes() {
-                let mut again = Names { root: names.root.clone() };
-                if let Some(t) = again.relative(&target)? {
-                    out.insert(t);
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// Rewrites `input` with every name relative to its first entry, the tree's root; a name in
-/// `linked` goes on as a hard link.
-fn relative(input: impl Read, out: impl Write, linked: &HashSet<Vec<u8>>) -> io::Result<()> {
+/// Rewrites `input` with every name relative to its first entry, the tree's root; a hard
+/// link's target too.
+fn relative(input: impl Read, out: impl Write) -> io::Result<()> {
     let mut archive = tar::Archive::new(input);
     let mut builder = tar::Builder::new(out);
     let mut names = Names::default();
     for entry in archive.entries()? {
         let mut entry = entry?;
         let Some(rel) = names.relative(&entry.path_bytes())? else { continue };
-        let kind = if linked.contains(&rel) { tar::EntryType::Link } else { entry.header().entry_type() };
+        let kind = entry.header().entry_type();
+        if kind == tar::EntryType::Link {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_size(0);
+            let target = match entry.link_name_bytes() {
+                Some(t) => Names { root: names.root.clone() }.relative(&t)?,
+                None => None,
+            };
+            let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&rel));
+            match target {
+                Some(t) => builder.append_link(&mut h, path, std::path::Path::new(std::ffi::OsStr::from_bytes(&t)))?,
+                None => builder.append_data(&mut h, path, io::empty())?,
+            }
+            continue;
+        }
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
         h.set_mode(entry.header().mode().unwrap_or(0o644) & 0o7777);
@@ -142,7 +136,7 @@ mod tests {
 
     fn names(archive: &[u8]) -> Vec<String> {
         let mut out = Vec::new();
-        relative(archive, &mut out, &HashSet::new()).expect("rewrites");
+        relative(archive, &mut out).expect("rewrites");
         let mut a = tar::Archive::new(out.as_slice());
         a.entries().expect("entries").map(|e| String::from_utf8_lossy(&e.expect("entry").path_bytes()).into_owned()).collect()
     }
@@ -160,7 +154,7 @@ mod tests {
     fn an_entry_outside_the_root_spoils_the_whole_archive() {
         use tar::EntryType as T;
         let bad = tar_of(&[("0/", T::Directory, b""), ("0/a", T::Regular, b"a"), ("01/evil", T::Regular, b"x")]);
-        assert!(relative(bad.as_slice(), Vec::new(), &HashSet::new()).is_err());
+        assert!(relative(bad.as_slice(), Vec::new()).is_err());
     }
 
     #[test]
@@ -173,11 +167,8 @@ mod tests {
     }
 
     fn collected(archive: &[u8]) -> Collected {
-        let mut file = tempfile::tempfile().expect("file");
-        file.write_all(archive).expect("write");
-        std::io::Seek::rewind(&mut file).expect("rewind");
         let mut staging = Staging::new().expect("staging");
-        collect(file, &Policy::default(), &mut staging).expect("collects")
+        collect(archive, &Policy::default(), &mut staging).expect("collects")
     }
 
     #[test]

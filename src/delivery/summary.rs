@@ -249,13 +249,23 @@ impl Summary {
     }
 
     /// True when something the worker left did not reach the host as it left it: refused,
-    /// withheld, in conflict, failed or declined (a run then ends with its own exit status).
+    /// withheld (with its changes listed, or whole), in conflict, failed or declined (a run
+    /// then ends with its own exit status).
     pub fn held_back(&self) -> bool {
-        self.withheld.is_some() && !self.is_empty()
-            || !self.refused.is_empty()
-            || !self.conflicts.is_empty()
-            || !self.failed.is_empty()
-            || !self.declined.is_empty()
+        self.withheld.is_some() || !self.refused.is_empty() || !self.conflicts.is_empty() || !self.failed.is_empty() || !self.declined.is_empty()
+    }
+
+    /// True when nothing of the zone was published and nothing is listed: its delivery failed
+    /// before any change could be judged (an archive over the bounds or unreadable, a failed
+    /// download, a run that did not end by itself). Whatever the worker left is lost, which
+    /// is never "no changes".
+    pub fn withheld_whole(&self) -> bool {
+        self.status == Status::Withheld
+            && self.is_empty()
+            && self.refused.is_empty()
+            && self.conflicts.is_empty()
+            && self.failed.is_empty()
+            && self.declined.is_empty()
     }
 
     /// `not copied: 2 files the worker cannot read: a, b/`, when anything was not copied.
@@ -309,6 +319,11 @@ impl Summary {
         lines("refused", self.refused.iter().map(|r| format!("{}: {}", r.path, r.reason)).collect(), self.refused.more());
         for line in [self.not_copied_line(), self.too_large_line()].into_iter().flatten() {
             let _ = write!(s, "\n  {line}");
+        }
+        if self.withheld_whole() {
+            let why = crate::term::escape_lines(self.withheld.as_deref().unwrap_or(""));
+            let _ = write!(s, "\n  zone withheld whole (the worker's changes were not judged, nothing published): {why}");
+            return s;
         }
         if self.is_empty() && self.refused.is_empty() && self.conflicts.is_empty() && self.failed.is_empty() && self.declined.is_empty() {
             s.push_str("\n  no changes");
@@ -402,6 +417,20 @@ mod tests {
         let json = serde_json::to_string(&s).unwrap();
         assert!(json.len() < 64 << 10);
         assert!(json.contains("\"refused\":30000"));
+    }
+
+    #[test]
+    fn a_zone_withheld_whole_is_held_back_and_never_no_changes() {
+        let s = Summary::withheld("out", "the worker left more than 100000 entries in the zone; nothing is delivered".into());
+        assert!(s.withheld_whole() && s.held_back());
+        let text = s.text();
+        assert!(!text.contains("no changes"), "{text}");
+        assert!(text.contains("zone withheld whole") && text.contains("more than 100000 entries"), "{text}");
+        let mut listed = Summary::withheld("out", "--strict".into());
+        listed.added.file("a.md", 1, false);
+        assert!(!listed.withheld_whole() && listed.held_back());
+        assert!(listed.text().contains("nothing published: --strict"));
+        assert!(!Summary::new("out").held_back(), "nothing left and nothing withheld is not held back");
     }
 
     #[test]

@@ -9,7 +9,15 @@ use crate::plan::{BoundPath, Held, ProtectedArea};
 fn area(dir: &Path) -> ProtectedArea {
     let held = Held(std::sync::Arc::new(fs::File::open(dir).unwrap().into()));
     let protection = Protection::default();
-    ProtectedArea { target: "/work".into(), held: Some(held), entries: protection.entries().to_vec(), unprotected: vec![], bound: vec![], protection }
+    ProtectedArea {
+        target: "/work".into(),
+        home: None,
+        held: Some(held),
+        entries: protection.entries().to_vec(),
+        unprotected: vec![],
+        bound: vec![],
+        protection,
+    }
 }
 
 fn write(root: &Path, rel: &str) {

@@ -189,6 +189,10 @@ pub struct LaunchPlan {
 pub struct ProtectedArea {
     /// The mount's target (as in [`LaunchPlan::mounts`]).
     pub target: String,
+    /// Why the zone is treated as a home directory (`crate::hostrun::home`), its home
+    /// entries then among `entries`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub home: Option<String>,
     /// The mount's own handle (the zone's directory, as bound).
     #[serde(skip)]
     pub held: Option<Held>,

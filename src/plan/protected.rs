@@ -28,6 +28,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use super::hookspath::{self, Target};
 use super::pin::{pin, within, zone_dir, Opened, Pinned};
 use super::{BoundPath, PlanMount, ProtectedArea};
+use crate::hostrun::home::{self, Home};
 use crate::hostrun::{Kind, Protection};
 use crate::sandbox::{Delivery, Sandbox};
 
@@ -66,6 +67,8 @@ pub enum ProtectError {
     Link(String, String),
     #[error("a git configuration's core.hooksPath names hooks in this zone that cannot be protected: {0}. Move the hooks to a plainer path and set core.hooksPath to it")]
     HooksPath(String),
+    #[error("the zone is a home directory, and its home entries cannot be protected: {0}")]
+    Home(String),
 }
 
 /// The protected areas of the writable, bind-delivered mounts of `zones`, and the mounts
@@ -79,12 +82,23 @@ pub(super) fn protected_areas(
     // Hook directories named by the person's own git configuration, then by the protected
     // configurations the walk finds (one more walk when those name others).
     let mut hooks: Vec<Target> = hookspath::host_configs().iter().flat_map(|f| hookspath::values_in_host_file(f)).collect();
-    let mut walked = walk_zones(sandbox, zones, other, &hooks)?;
+    // Zones that are a home by where they are, then those whose walk met a start-up file
+    // (`hostrun::home`): one more walk with the home entries.
+    let mut homes: Vec<(String, Home)> = zones.iter().filter_map(|(m, _)| home::by_path(&m.source).map(|h| (m.target.clone(), h))).collect();
+    let mut walked = walk_zones(sandbox, zones, other, &hooks, &homes)?;
     let named: Vec<Target> = hookspath::in_walked(&walked).into_iter().filter(|t| !hooks.contains(t)).collect();
-    if !named.is_empty() {
+    let found_homes: Vec<(String, Home)> = walked
+        .iter()
+        .filter(|w| !homes.iter().any(|(t, _)| *t == w.m.target))
+        .filter_map(|w| w.startup.clone().map(|rel| (w.m.target.clone(), Home::Startup(rel))))
+        .collect();
+    // A zone its configuration made a home already was walked with the home entries.
+    let rewalk = found_homes.iter().any(|(t, _)| walked.iter().any(|w| w.m.target == *t && !home::widened(&w.protection)));
+    homes.extend(found_homes);
+    if !named.is_empty() || rewalk {
         hooks.extend(named);
         drop(walked);
-        walked = walk_zones(sandbox, zones, other, &hooks)?;
+        walked = walk_zones(sandbox, zones, other, &hooks, &homes)?;
     }
     let mut budget = Budget::default();
     let mut areas = Vec::new();
@@ -111,8 +125,10 @@ pub(super) fn protected_areas(
             }
         }
         let unprotected = sandbox.host_protection().entries().iter().filter(|e| !w.protection.entries().contains(e)).cloned().collect();
+        let home = homes.iter().find(|(t, _)| *t == w.m.target).map(|(_, h)| h.to_string());
         areas.push(ProtectedArea {
             target: w.m.target.clone(),
+            home,
             held: w.m.held.clone(),
             entries: w.protection.entries().to_vec(),
             unprotected,
@@ -124,8 +140,14 @@ pub(super) fn protected_areas(
 }
 
 /// The walks of the writable, bind-delivered mounts of `zones`, each with its protection
-/// plus the hook directories of `hooks`.
-fn walk_zones<'a>(sandbox: &Sandbox, zones: &'a [(PlanMount, String)], other: &[Pinned], hooks: &[Target]) -> Result<Vec<Walked<'a>>, super::PlanError> {
+/// plus the hook directories of `hooks`, and the home entries where `homes` names it.
+fn walk_zones<'a>(
+    sandbox: &Sandbox,
+    zones: &'a [(PlanMount, String)],
+    other: &[Pinned],
+    hooks: &[Target],
+    homes: &[(String, Home)],
+) -> Result<Vec<Walked<'a>>, super::PlanError> {
     let mut budget = Budget::default();
     let mut walked: Vec<Walked> = Vec::new();
     for (m, name) in zones.iter().filter(|(m, _)| !m.read_only) {
@@ -143,10 +165,16 @@ fn walk_zones<'a>(sandbox: &Sandbox, zones: &'a [(PlanMount, String)], other: &[
             .filter(|t| *t != m.target && within(t, &m.target))
             .filter_map(|t| t.strip_prefix(m.target.trim_end_matches('/')).map(|r| PathBuf::from(r.trim_start_matches('/'))))
             .collect();
-        let protection = hookspath::with_hooks(&mount.protection, hooks, &m.source)
+        let mut protection = hookspath::with_hooks(&mount.protection, hooks, &m.source)
             .map_err(|e| super::PlanError::Protected { zone: m.target.clone(), reason: ProtectError::HooksPath(e.to_string()) })?;
-        let found = walk(&dir, &protection, &skip, &mut budget).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
-        walked.push(Walked { m, protection, dir, found });
+        if homes.iter().any(|(t, _)| *t == m.target) && !home::widened(&protection) {
+            protection =
+                home::widen(&protection).map_err(|e| super::PlanError::Protected { zone: m.target.clone(), reason: ProtectError::Home(e.to_string()) })?;
+        }
+        let mut startup = None;
+        let found =
+            walk(&dir, &protection, &skip, &mut budget, &mut startup).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
+        walked.push(Walked { m, protection, dir, found, startup });
     }
     super::gitdir::add_named_git_dirs(&mut walked);
     Ok(walked)
@@ -159,6 +187,8 @@ pub(super) struct Walked<'a> {
     pub protection: Protection,
     pub dir: OwnedFd,
     pub found: Vec<(PathBuf, String)>,
+    /// The first shell start-up file the walk met (`hostrun::home`): the zone is a home.
+    pub startup: Option<PathBuf>,
 }
 
 /// What the walks of one run have used.
@@ -170,8 +200,14 @@ struct Budget {
 
 /// The protected paths beneath the directory `dir`, relative to it, with the entry that
 /// protects each, outer first. Never follows a link; does not descend into a match or a
-/// path of `skip`.
-fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut Budget) -> Result<Vec<(PathBuf, String)>, ProtectError> {
+/// path of `skip`. `startup` is set to the first shell start-up file met.
+fn walk(
+    dir: &OwnedFd,
+    protection: &Protection,
+    skip: &[PathBuf],
+    budget: &mut Budget,
+    startup: &mut Option<PathBuf>,
+) -> Result<Vec<(PathBuf, String)>, ProtectError> {
     let mut found = Vec::new();
     // Each directory still to read: its parent's handle, its name and its path. A parent's
     // handle lives as long as one of its children waits, so at most one per level is open.
@@ -211,6 +247,9 @@ fn walk(dir: &OwnedFd, protection: &Protection, skip: &[PathBuf], budget: &mut B
                 other => other,
             };
             let is_dir = kind == FileType::Directory;
+            if startup.is_none() && home::is_startup(&path) {
+                *startup = Some(path.clone());
+            }
             git_marks |= match (name.as_encoded_bytes(), is_dir) {
                 (b"HEAD", false) => 1,
                 (b"objects", true) => 2,

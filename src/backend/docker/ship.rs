@@ -10,13 +10,15 @@
 //! keeps the owners in the tar when extracting beneath the mount point's parent, Podman
 //! applies the carrier's user (`copyUIDGID`) to the tree it extracts at the mount point.
 //!
-//! After a run that ended by itself, each writable volume is read back through the carrier
-//! into an unlinked file here (bounded), which the run's delivery checks and publishes
-//! (`delivery::shipped`). Carrier and volumes go with the container: the run, its watchdog
+//! After a run that ended by itself, each writable volume is read back through the carrier,
+//! one zone at a time, and checked as it arrives (`delivery::shipped`) against the zone's
+//! policy, which the run registered in [`Returns`]: only what passes is kept (staged, bounded
+//! by the zone's limits and the staging's room), for the run's delivery to review and
+//! publish. Carrier and volumes go with the container: the run, its watchdog
 //! ([`super::reaper`]) and `workcell gc` remove them.
 
 use std::collections::HashMap;
-use std::io::{Seek, Write};
+use std::io::Write;
 use std::sync::Mutex;
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, MountVolumeOptions, VolumeCreateRequest};
@@ -28,40 +30,64 @@ use futures_util::StreamExt;
 use super::engine::Engine;
 use super::render::{DockerSettings, LABEL_RUN};
 use super::DockerError;
+use crate::delivery::collect::{Collected, Staging};
 use crate::delivery::walk::{self, Shape};
+use crate::delivery::{shipped, DeliveryError, Policy};
 use crate::plan::LaunchPlan;
 
 /// Where the carrier mounts the volumes.
 const CARRIER_ROOT: &str = "/.workcell-ship";
 
-/// The most one zone's archive may hold when it comes back: the delivery limits (bytes, and
-/// a tar header's worth for each entry) and a little more; the checker then judges it.
-const RETURN_CAP: u64 = crate::delivery::DEFAULT_MAX_TOTAL_BYTES + crate::delivery::DEFAULT_MAX_ENTRIES * 2048 + (1 << 20);
-
-/// One writable zone's tree as the engine returned it, for the run's delivery.
-#[derive(Debug)]
-pub struct Returned {
-    /// The mount's target (as in the plan's `copies`).
-    pub target: String,
-    /// The archive (an unlinked file, at its start), or why it could not be brought back.
-    pub archive: Result<std::fs::File, String>,
+/// The most one zone's archive may hold as it comes back: the zone's bytes and a tar
+/// header's worth for each entry, and a little more (the checker judges the rest).
+fn return_cap(policy: &Policy) -> u64 {
+    policy.max_total_bytes.saturating_add(policy.max_entries.saturating_mul(2048)).saturating_add(1 << 20)
 }
 
-/// What a shipped run brought back; filled by the backend, read by the run's delivery.
+/// One writable zone's tree as the engine returned it, checked: what passed, staged.
+#[derive(Debug)]
+pub struct Checked {
+    pub collected: Collected,
+    pub staging: Staging,
+}
+
+/// One writable zone to bring back: its policy, and once brought back, the result.
+#[derive(Debug)]
+struct Expected {
+    /// The mount's target (as in the plan's `copies`).
+    target: String,
+    policy: Policy,
+    returned: Option<Result<Checked, DeliveryError>>,
+}
+
+/// What a shipped run brings back: the run registers each writable zone's policy
+/// ([`Returns::expect`]), the backend fills in what came back, the run's delivery takes it.
 #[derive(Debug, Default)]
-pub struct Returns(Mutex<Vec<Returned>>);
+pub struct Returns(Mutex<Vec<Expected>>);
 
 impl Returns {
-    /// The archive of the mount at `target`, taken out.
-    pub fn take(&self, target: &str) -> Option<Result<std::fs::File, String>> {
-        let mut all = self.0.lock().ok()?;
-        let i = all.iter().position(|r| r.target == target)?;
-        Some(all.swap_remove(i).archive)
+    /// The zone mounted at `target` is to be brought back and checked against `policy`.
+    pub fn expect(&self, target: &str, policy: Policy) {
+        if let Ok(mut all) = self.0.lock() {
+            all.push(Expected { target: target.to_string(), policy, returned: None });
+        }
     }
 
-    fn put(&self, r: Returned) {
+    /// The checked tree of the mount at `target`, taken out; `None` when nothing came back.
+    pub fn take(&self, target: &str) -> Option<Result<Checked, DeliveryError>> {
+        let mut all = self.0.lock().ok()?;
+        all.iter_mut().find(|r| r.target == target)?.returned.take()
+    }
+
+    fn expected(&self) -> Vec<(String, Policy)> {
+        self.0.lock().map(|all| all.iter().map(|e| (e.target.clone(), e.policy.clone())).collect()).unwrap_or_default()
+    }
+
+    fn put(&self, target: &str, returned: Result<Checked, DeliveryError>) {
         if let Ok(mut all) = self.0.lock() {
-            all.push(r);
+            if let Some(e) = all.iter_mut().find(|e| e.target == target) {
+                e.returned = Some(returned);
+            }
         }
     }
 }
@@ -160,29 +186,74 @@ impl Write for ChunkWriter {
     }
 }
 
-/// Brings every writable zone of `plan` back into `returns`.
+/// Brings every zone `returns` expects back from `plan`'s volumes, one at a time, each
+/// checked as it arrives.
 pub async fn bring_back(docker: &Docker, plan: &LaunchPlan, returns: &Returns) {
-    for c in plan.copies.iter().filter(|c| c.writable) {
-        let Some(i) = plan.mounts.iter().position(|m| m.target == c.target) else { continue };
-        let archive = download(docker, &carrier_name(&plan.run_id), &format!("{CARRIER_ROOT}/{i}")).await;
-        returns.put(Returned { target: c.target.clone(), archive });
+    for (target, policy) in returns.expected() {
+        let Some(i) = plan.mounts.iter().position(|m| m.target == target) else { continue };
+        let checked = download(docker, &carrier_name(&plan.run_id), &format!("{CARRIER_ROOT}/{i}"), policy).await;
+        returns.put(&target, checked);
     }
 }
 
-async fn download(docker: &Docker, carrier: &str, path: &str) -> Result<std::fs::File, String> {
-    let mut file = tempfile::tempfile().map_err(|e| format!("cannot make a file for what the engine returns: {e}"))?;
+/// Streams the archive of `path` in the carrier through the checker (on a blocking thread);
+/// stops when the checker does (a limit reached) or the archive is over [`return_cap`].
+async fn download(docker: &Docker, carrier: &str, path: &str, policy: Policy) -> Result<Checked, DeliveryError> {
+    let cap = return_cap(&policy);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(8);
+    let checker = tokio::task::spawn_blocking(move || {
+        let mut staging = Staging::new().map_err(DeliveryError::io("create the staging directory", ""))?;
+        let collected = shipped::collect(ChunkReader { rx, chunk: Bytes::new() }, &policy, &mut staging)?;
+        Ok(Checked { collected, staging })
+    });
     let mut stream = docker.download_from_container(carrier, Some(DownloadFromContainerOptions { path: path.into() }));
+    let mut failed = None;
     let mut total = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| format!("cannot bring the zone back from the engine: {}", super::api_message(&e)))?;
-        total += chunk.len() as u64;
-        if total > RETURN_CAP {
-            return Err(format!("the zone came back larger than {RETURN_CAP} bytes (the delivery limit); nothing is published"));
+        let chunk = match chunk {
+            Ok(c) => c,
+            Err(e) => {
+                failed = Some(DeliveryError::Download(std::io::Error::other(super::api_message(&e))));
+                break;
+            }
+        };
+        total = total.saturating_add(chunk.len() as u64);
+        if total > cap {
+            failed = Some(DeliveryError::TooManyBytes { max: cap });
+            break;
         }
-        file.write_all(&chunk).map_err(|e| format!("cannot keep what the engine returns: {e}"))?;
+        // The checker stopped reading: its result says why.
+        if tx.send(chunk).await.is_err() {
+            break;
+        }
     }
-    file.rewind().map_err(|e| e.to_string())?;
-    Ok(file)
+    // The checker sees the end of the archive (a download cut short is an error either way).
+    drop((tx, stream));
+    let checked = checker.await.unwrap_or_else(|e| Err(DeliveryError::Archive(std::io::Error::other(e.to_string()))));
+    match failed {
+        Some(e) => Err(e),
+        None => checked,
+    }
+}
+
+/// The download's chunks as a `Read`, for the checker's thread.
+struct ChunkReader {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    chunk: Bytes,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(c) => self.chunk = c,
+                None => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.chunk.len());
+        out[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
 }
 
 /// Removes the carrier and every volume of run `run_id` (none is fine).

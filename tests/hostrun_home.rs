@@ -1,0 +1,210 @@
+//! A zone that is a home directory (issue 37, finding 5): the worker plants what the person's
+//! own login shell, vim and tmux run from a home (`~/.local/bin/git`, `~/bin/ls` first on the
+//! stock `~/.profile`'s `PATH`, `~/.vimrc`, `~/.tmux.conf`, `~/.aws/config`'s
+//! `credential_process`); after the run the real tools, run on the host as the person with
+//! `HOME` at the zone, run nothing of the worker's. What existed before the run is bound
+//! read-only. The same planting in a zone that is no home (no start-up file, nobody's home)
+//! stays where the worker put it, and there the same tools do run it: the condition is what
+//! decides, and the host-side tools really read these files. Bodies run on bwrap and docker.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// Debian's `/etc/skel/.profile`, the part that matters: `~/bin` and `~/.local/bin` first on
+/// `PATH` when they exist.
+const PROFILE: &str = "# ~/.profile: executed by the command interpreter for login shells.\n\
+if [ -n \"$BASH_VERSION\" ]; then\n    if [ -f \"$HOME/.bashrc\" ]; then\n\t. \"$HOME/.bashrc\"\n    fi\nfi\n\
+if [ -d \"$HOME/bin\" ] ; then\n    PATH=\"$HOME/bin:$PATH\"\nfi\n\
+if [ -d \"$HOME/.local/bin\" ] ; then\n    PATH=\"$HOME/.local/bin:$PATH\"\nfi\n";
+
+/// A project (`proj/`, the runs' cwd) with a zone `h/`, and `marks/` beside it that no zone
+/// holds: a planted command that runs on the host leaves its mark there.
+struct Scratch {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Scratch {
+    /// `home`: the zone holds Debian's `.profile` (a home to a login shell).
+    fn new(home: bool) -> Scratch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        for d in ["proj/h", "marks"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        if home {
+            let skel = std::fs::read_to_string("/etc/skel/.profile").unwrap_or_else(|_| PROFILE.to_string());
+            std::fs::write(root.join("proj/h/.profile"), skel).expect("profile");
+        }
+        support::give_to_worker(&root);
+        Scratch { _dir: dir, root }
+    }
+
+    fn zone(&self) -> PathBuf {
+        self.root.join("proj/h")
+    }
+
+    fn marks(&self) -> PathBuf {
+        self.root.join("marks")
+    }
+
+    fn run(&self, backend: &str, script: &str) -> Output {
+        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+            .current_dir(self.root.join("proj"))
+            .env_remove("RUST_LOG")
+            .args(["run", "--backend", backend, "--zone", "h=./h:rw", "--", "sh", "-c", script])
+            .output()
+            .expect("start workcell");
+        eprintln!("workcell -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    /// `program args` on the host as the zone's owner (the person), with nothing of this
+    /// process's environment but `HOME` at the zone.
+    fn as_person(&self, program: &str, args: &[&str]) -> Output {
+        let uid = support::worker_uid().to_string();
+        let mut c = if rustix::process::geteuid().is_root() {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "env"]);
+            c
+        } else {
+            Command::new("env")
+        };
+        c.args(["-i", &format!("HOME={}", self.zone().display()), "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=dumb"]);
+        c.arg(format!("TMUX_TMPDIR={}", self.root.display()));
+        c.arg(program).args(args).current_dir(&self.root).stdin(Stdio::null());
+        let out = c.output().expect("start the host tool");
+        eprintln!("{program} {args:?} -> {:?} {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+        out
+    }
+
+    /// The person's routine commands: a login shell that runs `git` and `ls`, vim, tmux.
+    fn person_works(&self) {
+        self.as_person("bash", &["-l", "-c", "git --version; ls / >/dev/null"]);
+        self.as_person("vim", &["-X", "-n", "-T", "dumb", "-c", "qa!"]);
+        let socket = format!("home{}", std::process::id());
+        self.as_person("tmux", &["-L", &socket, "new-session", "-d", "true"]);
+        self.as_person("tmux", &["-L", &socket, "kill-server"]);
+    }
+
+    fn marks_made(&self) -> Vec<String> {
+        let mut m: Vec<String> =
+            std::fs::read_dir(self.marks()).expect("marks").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
+        m.sort();
+        m
+    }
+}
+
+/// The worker's script: each file a home's tools run, leaving a mark in `marks` when run.
+/// `vimrc`: `.vimrc` too (newer defaults protect it in every zone: vim's `exrc` reads it
+/// in a project; `.vim/plugin/` is the home's alone).
+fn planting(marks: &Path, vimrc: bool) -> String {
+    let m = marks.display();
+    let vimrc = if vimrc { format!("echo 'silent !touch {m}/vimrc' > .vimrc;") } else { String::new() };
+    format!(
+        "cd /h; mkdir -p .local/bin bin .aws .vim/plugin; \
+         printf '#!/bin/sh\\ntouch {m}/git\\n' > .local/bin/git; chmod +x .local/bin/git; \
+         printf '#!/bin/sh\\ntouch {m}/ls\\n' > bin/ls; chmod +x bin/ls; {vimrc} \
+         echo 'silent !touch {m}/vim' > .vim/plugin/w.vim; \
+         echo 'run-shell \"touch {m}/tmux\"' > .tmux.conf; \
+         printf '[default]\\ncredential_process = sh -c \"touch {m}/aws\"\\n' > .aws/config; echo planted"
+    )
+}
+
+fn tools_ready() -> bool {
+    support::program_ready("vim", "vim") && support::program_ready("tmux", "tmux") && support::program_ready("bash", "bash")
+}
+
+mod body {
+    use super::*;
+
+    pub fn planted_in_a_home_runs_nothing(backend: &str) {
+        let s = Scratch::new(true);
+        let o = s.run(backend, &planting(&s.marks(), true));
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        assert!(String::from_utf8_lossy(&o.stdout).contains("planted"));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        for p in [".local/bin", "bin", ".vimrc", ".vim", ".tmux.conf", ".aws"] {
+            assert!(s.zone().join(p).symlink_metadata().is_err(), "{p} stayed in the home");
+            assert!(stderr.contains(&format!("moved aside {p} in ")), "stderr names {p}: {stderr}");
+        }
+        // The person's own start-up file stays.
+        assert!(s.zone().join(".profile").is_file());
+        s.person_works();
+        assert_eq!(s.marks_made(), Vec::<String>::new(), "a host tool ran the worker's file");
+    }
+
+    pub fn existing_files_are_read_only(backend: &str) {
+        let s = Scratch::new(true);
+        let z = s.zone();
+        std::fs::create_dir_all(z.join(".local/bin")).expect("mkdir");
+        std::fs::write(z.join(".local/bin/tool"), "#!/bin/sh\necho mine\n").expect("tool");
+        std::fs::write(z.join(".vimrc"), "set nocompatible\n").expect("vimrc");
+        support::give_to_worker(&z);
+        let m = s.marks();
+        let script = format!(
+            "cd /h; printf '#!/bin/sh\\ntouch {m}/git\\n' > .local/bin/git && echo WROTE:git; echo evil > .local/bin/tool && echo WROTE:tool; \
+             echo 'silent !touch {m}/vim' >> .vimrc && echo WROTE:vimrc; echo done",
+            m = m.display()
+        );
+        let o = s.run(backend, &script);
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(stdout.contains("done") && !stdout.contains("WROTE:"), "a write went through: {stdout}");
+        assert_eq!(std::fs::read_to_string(z.join(".vimrc")).expect("vimrc"), "set nocompatible\n");
+        assert_eq!(std::fs::read_to_string(z.join(".local/bin/tool")).expect("tool"), "#!/bin/sh\necho mine\n");
+        assert!(!z.join(".local/bin/git").exists());
+        s.person_works();
+        assert_eq!(s.marks_made(), Vec::<String>::new(), "a host tool ran the worker's file");
+    }
+
+    /// No start-up file, nobody's home: `bin/` is a project's own folder. The planting stays,
+    /// and the same tools with `HOME` there (and a `.profile` the person adds) do run it,
+    /// which shows that they read these files.
+    pub fn planted_in_a_project_stays(backend: &str) {
+        let s = Scratch::new(false);
+        let o = s.run(backend, &planting(&s.marks(), false));
+        assert_eq!(o.status.code(), Some(0), "the worker's script ran");
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("moved aside"), "{}", String::from_utf8_lossy(&o.stderr));
+        for p in [".local/bin/git", "bin/ls", ".vim/plugin/w.vim", ".tmux.conf", ".aws/config"] {
+            assert!(s.zone().join(p).is_file(), "{p} was taken from a project");
+        }
+        std::fs::write(s.zone().join(".profile"), PROFILE).expect("profile");
+        s.person_works();
+        assert_eq!(s.marks_made(), vec!["git", "ls", "tmux", "vim"], "the host tools read what was planted");
+    }
+}
+
+macro_rules! backend_suite {
+    ($module:ident, $backend:literal) => {
+        mod $module {
+            use super::*;
+            const BACKEND: &str = $backend;
+
+            #[test]
+            fn planted_in_a_home_runs_nothing() {
+                if support::backend_ready(BACKEND) && tools_ready() {
+                    body::planted_in_a_home_runs_nothing(BACKEND);
+                }
+            }
+
+            #[test]
+            fn existing_files_are_read_only() {
+                if support::backend_ready(BACKEND) && tools_ready() {
+                    body::existing_files_are_read_only(BACKEND);
+                }
+            }
+
+            #[test]
+            fn planted_in_a_project_stays() {
+                if support::backend_ready(BACKEND) && tools_ready() {
+                    body::planted_in_a_project_stays(BACKEND);
+                }
+            }
+        }
+    };
+}
+
+backend_suite!(bwrap, "bwrap");
+backend_suite!(docker, "docker");
