@@ -156,6 +156,13 @@ pub enum DeliveryError {
     #[error("the worker left more than {max} bytes in the zone; nothing is delivered")]
     TooManyBytes { max: u64 },
     #[error(
+        "the worker's files that passed the checks do not fit in the free space of {} (workcell keeps a margin free there); nothing is delivered. Free space there, or set TMPDIR to a directory on a file system with more room, and run the worker again",
+        dir.display()
+    )]
+    NoRoom { dir: std::path::PathBuf },
+    #[error("cannot bring the zone back from the engine: {0}; nothing is delivered")]
+    Download(#[source] std::io::Error),
+    #[error(
         "zone {zone} holds more than {max} entries (files, directories and other names together): a copy-delivered zone is copied whole before the worker starts, and this is its limit, so the run is refused. Point the zone's path at a smaller directory, or drop `delivery: copy` from the zone (a bind zone has no such limit)"
     )]
     ZoneTooManyEntries { zone: String, max: u64 },

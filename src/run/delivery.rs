@@ -7,9 +7,9 @@ use std::os::fd::AsFd;
 use serde_json::json;
 
 use crate::audit::AuditLog;
-use crate::backend::docker::ship::Returns;
+use crate::backend::docker::ship::{Checked, Returns};
 use crate::delivery::publish::Changes;
-use crate::delivery::{baseline, collect::Staging, publish, shipped, walk, DeliveryError, Policy, Status, Summary};
+use crate::delivery::{baseline, collect::Staging, publish, walk, DeliveryError, Policy, Status, Summary};
 use crate::plan::{Held, LaunchPlan};
 use crate::sandbox::{CopiedArea, Sandbox};
 use crate::tools::approval::{ApprovalMode, Tty};
@@ -87,6 +87,16 @@ pub(super) fn prepare(plan: &mut LaunchPlan, sandbox: &Sandbox) -> Result<Vec<De
         });
     }
     Ok(out)
+}
+
+/// What the run brings back from a remote engine: each shipped writable zone, with the
+/// policy its tree is checked against as it downloads.
+pub(super) fn returns_for(deliveries: &[Delivery]) -> Returns {
+    let returns = Returns::default();
+    for d in deliveries.iter().filter(|d| d.shipped && d.writable) {
+        returns.expect(&d.target, d.policy.clone());
+    }
+    returns
 }
 
 /// The run's sandbox with each private copy in place of the area it stands for: what the
@@ -177,20 +187,16 @@ pub(super) fn result_text(summary: &Summary, shown: Option<&Summary>) -> String 
 /// Checks, reviews and publishes one zone; also the pending summary when a person was shown it.
 fn deliver(d: &Delivery, returns: &Returns, review: Review, mode: ApprovalMode) -> (Summary, Option<Summary>) {
     let failed = |why: String| (Summary::withheld(&d.zone, why), None);
-    let mut staging = match Staging::new() {
-        Ok(s) => s,
-        Err(e) => return failed(format!("cannot create the staging directory: {e}")),
-    };
-    let collected = if d.shipped {
-        match returns.take(&d.target) {
-            Some(Ok(archive)) => shipped::collect(archive, &d.policy, &mut staging),
-            Some(Err(why)) => return failed(why),
-            None => return failed("the engine returned nothing for this zone".into()),
-        }
+    // A shipped zone was checked as it came back from the engine (`ship::bring_back`).
+    let checked = if d.shipped {
+        returns.take(&d.target).unwrap_or_else(|| Err(DeliveryError::Download(std::io::Error::other("the engine returned nothing for this zone"))))
     } else {
-        walk::collect_dir(d.copy.root(), &d.policy, &mut staging)
+        Staging::new().map_err(DeliveryError::io("create the staging directory", &d.zone)).and_then(|mut staging| {
+            let collected = walk::collect_dir(d.copy.root(), &d.policy, &mut staging)?;
+            Ok(Checked { collected, staging })
+        })
     };
-    let collected = match collected {
+    let Checked { collected, staging } = match checked {
         Ok(c) => c,
         Err(e) => return failed(e.to_string()),
     };

@@ -255,7 +255,7 @@ impl Session {
         // The review and approval mode of the run that starts this one (`workcell run`'s own
         // flags at the top): a nested run never publishes with less review than its parent.
         let (mode, review) = (spec.parent.mode, spec.parent.review);
-        let returns = Returns::default();
+        let returns = delivery::returns_for(&deliveries);
         let session = Session { plan, selected, service, broker, audit, egress, _reserved: reserved, deliveries, returns, review, mode, call_cap };
         // A pooled sandbox runs nothing of the worker's until a run claims it (and records
         // its own start).
