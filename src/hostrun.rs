@@ -30,47 +30,11 @@ pub mod history;
 pub mod home;
 pub mod quarantine;
 pub(crate) mod remove;
+pub mod tools;
 
-/// The entries protected in every writable area unless a zone turns one off (`unprotect:`).
-pub const DEFAULTS: &[&str] = &[
-    ".git",
-    ".git/hooks",
-    ".git/config",
-    ".git/config.worktree",
-    ".git/commondir",
-    // A linked worktree's `.git` file names `.git/worktrees/NAME`, whose `commondir` says
-    // which repository (and so which config and hooks) git uses there.
-    ".git/worktrees/*/commondir",
-    ".git/worktrees/*/config.worktree",
-    ".git/modules/**/config",
-    ".git/modules/**/hooks",
-    ".gitmodules",
-    ".gitconfig",
-    ".config/git",
-    ".envrc",
-    ".vscode",
-    ".idea",
-    ".mcp.json",
-    ".claude",
-    ".bashrc",
-    // Debian's and Ubuntu's `.bashrc` source it; Fedora's sources every file of `.bashrc.d`.
-    ".bash_aliases",
-    ".bashrc.d",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zprofile",
-    ".zshenv",
-    ".zlogin",
-    ".zlogout",
-    // fish runs `config.fish`, `conf.d/*` and autoloads `functions/*`.
-    ".config/fish",
-    // `config` (a `ProxyCommand` runs on `git fetch` over ssh), `rc` (sshd runs it at login),
-    // `authorized_keys`.
-    ".ssh",
-];
+/// The entries protected in every writable area unless a zone turns one off (`unprotect:`):
+/// the paths of the tool table's rows that hold always ([`tools::TOOLS`]).
+pub static DEFAULTS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(tools::defaults);
 
 /// The entry that covers a non-directory `.git` only.
 const GIT_POINTER: &str = ".git";
@@ -120,6 +84,9 @@ pub struct Protection {
     /// The same entries in lower case, for [`Protection::matches_any_case`]; built on first
     /// use and shared by clones. Holds `None` when every entry is lower case already.
     folded: Arc<std::sync::OnceLock<Option<forms::Forms>>>,
+    /// The entries a protected manifest brought in ([`tools::family`]), and why: what `plan`
+    /// shows beside the entries.
+    families: Arc<[tools::FamilyEntry]>,
 }
 
 /// What part of an entry a form matches.
@@ -134,7 +101,7 @@ enum Part {
 /// The default protection, built once per process: every project and sandbox starts from
 /// it.
 static DEFAULT: std::sync::LazyLock<Protection> =
-    std::sync::LazyLock::new(|| Protection::build(DEFAULTS.iter().map(|s| s.to_string()).collect()).expect("the default entries are valid"));
+    std::sync::LazyLock::new(|| Protection::build(DEFAULTS.clone()).expect("the default entries are valid"));
 
 impl Default for Protection {
     fn default() -> Self {
@@ -158,7 +125,7 @@ impl Protection {
                 kept.push(e);
             }
         }
-        if kept.iter().map(String::as_str).eq(DEFAULTS.iter().copied()) {
+        if kept == *DEFAULTS {
             return Ok(Protection::default());
         }
         Protection::build(kept)
@@ -177,12 +144,36 @@ impl Protection {
             }
         }
         let forms = forms::Forms::build(all).map_err(|bad| EntryError::BadPattern { entry: kept[bad.entry].clone(), reason: bad.reason })?;
-        Ok(Protection { entries: kept, forms: Arc::new(forms), folded: Arc::default() })
+        Ok(Protection { entries: kept, forms: Arc::new(forms), folded: Arc::default(), families: Arc::new([]) })
     }
 
-    /// The defaults plus `added`.
+    /// The defaults plus `added`, and what each added manifest brings with it
+    /// (`Makefile`: `GNUmakefile` and `makefile`; `package.json`: `.npmrc`, `.yarnrc.yml`, …;
+    /// see [`tools::family`]).
     pub fn with_added(added: &[String]) -> Result<Protection, EntryError> {
-        Protection::new(DEFAULTS.iter().map(|s| s.to_string()).chain(added.iter().cloned()))
+        let mut families: Vec<tools::FamilyEntry> = Vec::new();
+        for a in added {
+            let a = check_entry(a)?;
+            for f in tools::family(&a) {
+                if !DEFAULTS.contains(&f.entry) && !added.contains(&f.entry) && !families.iter().any(|g| g.entry == f.entry) {
+                    families.push(f);
+                }
+            }
+        }
+        let extra: Vec<String> = families.iter().map(|f| f.entry.clone()).collect();
+        let p = Protection::new(DEFAULTS.iter().cloned().chain(added.iter().cloned()).chain(extra))?;
+        Ok(Protection { families: families.into(), ..p })
+    }
+
+    /// This protection with `more` entries; the families it had stay named.
+    pub fn with_more(&self, more: impl IntoIterator<Item = String>) -> Result<Protection, EntryError> {
+        let p = Protection::new(self.entries.iter().cloned().chain(more))?;
+        Ok(Protection { families: self.families.clone(), ..p })
+    }
+
+    /// The entries a protected manifest brought in, each with the entry and tool it came from.
+    pub fn families(&self) -> &[tools::FamilyEntry] {
+        &self.families
     }
 
     /// This protection without `removed` (each must be one of its entries, as written).
@@ -194,7 +185,9 @@ impl Protection {
             }
         }
         let removed: Vec<String> = removed.iter().filter_map(|r| check_entry(r).ok()).collect();
-        Protection::new(self.entries.iter().filter(|e| !removed.contains(e)).cloned())
+        let p = Protection::new(self.entries.iter().filter(|e| !removed.contains(e)).cloned())?;
+        let families: Vec<tools::FamilyEntry> = self.families.iter().filter(|f| !removed.contains(&f.entry)).cloned().collect();
+        Ok(Protection { families: families.into(), ..p })
     }
 
     /// The entries, as written.
@@ -306,7 +299,9 @@ mod tests {
         let any = |rel: &str, kind| p.matches_any_case(Path::new(rel), kind).map(str::to_string);
         assert_eq!(m(&p, "MAKEFILE", Kind::Other), None, "as written, only the entry's own case");
         assert_eq!(any("MAKEFILE", Kind::Other).as_deref(), Some("Makefile"));
-        assert_eq!(any("sub/makefile", Kind::Other).as_deref(), Some("Makefile"));
+        // `makefile` is an entry of its own: `Makefile` brings the names make reads.
+        assert_eq!(any("sub/makefile", Kind::Other).as_deref(), Some("makefile"));
+        assert_eq!(any("sub/GNUMakefile", Kind::Other).as_deref(), Some("GNUmakefile"));
         assert_eq!(any("x/Build/run.sh", Kind::Other).as_deref(), Some("build/*.SH"));
         assert_eq!(any(".GIT/Hooks/pre-commit", Kind::Other).as_deref(), Some(".git/hooks"));
         assert_eq!(any(".Envrc", Kind::Other).as_deref(), Some(".envrc"));
@@ -381,8 +376,14 @@ mod tests {
         let p = Protection::with_added(&["Makefile".into(), ".github/workflows".into()]).unwrap();
         assert_eq!(m(&p, "sub/Makefile", Kind::Other).as_deref(), Some("Makefile"));
         assert_eq!(m(&p, ".github/workflows/ci.yml", Kind::Other).as_deref(), Some(".github/workflows"));
+        // What make reads besides `Makefile` comes with it, named as its family.
+        assert_eq!(m(&p, "sub/GNUmakefile", Kind::Other).as_deref(), Some("GNUmakefile"));
+        let family: Vec<&str> = p.families().iter().map(|f| f.entry.as_str()).collect();
+        assert_eq!(family, ["GNUmakefile", "makefile"]);
         let q = p.without(&[".vscode".into()]).unwrap();
         assert_eq!(m(&q, ".vscode/tasks.json", Kind::Other), None);
+        assert_eq!(q.families().len(), 2, "a family stays named when another entry is turned off");
+        assert_eq!(q.without(&["makefile".into()]).unwrap().families().len(), 1);
         assert!(matches!(q.without(&[".nope".into()]), Err(EntryError::Unknown(..))));
     }
 

@@ -164,7 +164,9 @@ fn text_summary_names_withheld_files() {
 }
 
 /// A user's entries, with capitals and a wildcard, and the entries in another case: what the
-/// worker makes under them in its copy is withheld, by the entry that covers it.
+/// worker makes under them in its copy is withheld, by the entry that covers it. A protected
+/// manifest's family too (issue 37): `GNUmakefile`, which make reads before the protected
+/// `Makefile`, and `web/.npmrc` beside a protected `web/package.json`.
 fn user_entries_in_any_case_are_withheld(backend: &str) {
     if !support::backend_ready(backend) {
         return;
@@ -174,12 +176,13 @@ fn user_entries_in_any_case_are_withheld(backend: &str) {
     std::fs::create_dir_all(proj.join("out")).expect("mkdir");
     support::write_project(
         &proj,
-        "sandbox:\n  protect: [Makefile, 'build/*.sh']\n  zones:\n    out: {path: ./out, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}\n",
+        "sandbox:\n  protect: [Makefile, 'build/*.sh', web/package.json]\n  zones:\n    out: {path: ./out, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}\n",
         &[],
     );
     support::give_to_worker(&proj);
     let script = "set -e; cd /out; echo evil > MAKEFILE; mkdir -p x/Build .GIT/Hooks; echo evil > x/Build/run.SH; \
-                  echo evil > .GIT/Hooks/pre-commit; echo fine > notes.md; echo WORKER-DONE";
+                  echo evil > .GIT/Hooks/pre-commit; echo evil > GNUmakefile; mkdir web; echo script-shell=/x > web/.npmrc; \
+                  echo fine > notes.md; echo WORKER-DONE";
     let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
         .current_dir(&proj)
         .env_remove("RUST_LOG")
@@ -192,7 +195,13 @@ fn user_entries_in_any_case_are_withheld(backend: &str) {
     let line = err.lines().find(|l| l.starts_with("{\"delivery\"")).unwrap_or_else(|| panic!("no delivery summary in: {err}"));
     let summary = serde_json::from_str::<Value>(line).expect("json")["delivery"].clone();
     let refused = summary["refused"].as_array().expect("refused");
-    for (path, entry) in [("MAKEFILE", "Makefile"), ("x/Build/run.SH", "build/*.sh"), (".GIT/Hooks/", ".git/hooks")] {
+    for (path, entry) in [
+        ("MAKEFILE", "Makefile"),
+        ("x/Build/run.SH", "build/*.sh"),
+        (".GIT/Hooks/", ".git/hooks"),
+        ("GNUmakefile", "GNUmakefile"),
+        ("web/.npmrc", "web/.npmrc"),
+    ] {
         let r = refused.iter().find(|r| r["path"] == path).unwrap_or_else(|| panic!("{path} not named in {summary}"));
         assert_eq!(r["entry"].as_str(), Some(entry), "{r}");
         assert!(!proj.join("out").join(path).exists(), "{path} published");

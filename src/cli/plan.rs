@@ -191,6 +191,9 @@ fn print_protected(plan: &LaunchPlan) {
         if !a.unprotected.is_empty() {
             outln!("    turned off:     {} (unprotect)", escape(&a.unprotected.join(", ")));
         }
+        for f in &a.by_family {
+            outln!("    with {}: {} (read by {})", escape(&f.from), escape(&f.entry), escape(f.tool));
+        }
         let bound: Vec<&str> = a.bound.iter().map(|b| b.path.as_str()).collect();
         let bound = if bound.is_empty() { "(none exist)".to_string() } else { escape(&bound.join(", ")).into_owned() };
         outln!("    bound ro:       {bound}");

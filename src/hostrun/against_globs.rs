@@ -150,7 +150,7 @@ fn clean_paths() -> Vec<Vec<u8>> {
         out.push(join(&names));
     }
     // Every entry below a few prefixes, with a few suffixes.
-    for e in DEFAULTS.iter().chain(USER) {
+    for e in DEFAULTS.iter().map(String::as_str).chain(USER.iter().copied()) {
         let e = e.replace("**", "d/e").replace('*', "w").replace('?', "z");
         for pre in ["", "sub/", "a/b/", ".git/modules/s/"] {
             for suf in ["", "/x", "/hooks/pre-commit", "/config"] {

@@ -15,6 +15,7 @@ fn area(dir: &Path) -> ProtectedArea {
         held: Some(held),
         entries: protection.entries().to_vec(),
         unprotected: vec![],
+        by_family: vec![],
         bound: vec![],
         protection,
     }

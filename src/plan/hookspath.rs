@@ -200,7 +200,7 @@ pub(super) fn with_hooks(protection: &Protection, hooks: &[Target], source: &Pat
     if added.is_empty() {
         return Ok(protection.clone());
     }
-    Protection::new(protection.entries().iter().cloned().chain(added))
+    protection.with_more(added)
 }
 
 /// `p` with links resolved as far as it exists (a hook directory may not exist yet).

@@ -201,6 +201,9 @@ pub struct ProtectedArea {
     /// Default entries the zone turned off (`unprotect:`), shown by `plan`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unprotected: Vec<String>,
+    /// The entries a protected manifest brought in (`Makefile` → `GNUmakefile`), and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_family: Vec<crate::hostrun::tools::FamilyEntry>,
     /// Protected paths that existed at launch, bound read-only: their path relative to the
     /// mount, and the identity (device, inode) they had.
     pub bound: Vec<BoundPath>,

@@ -132,6 +132,7 @@ pub(super) fn protected_areas(
             held: w.m.held.clone(),
             entries: w.protection.entries().to_vec(),
             unprotected,
+            by_family: w.protection.families().to_vec(),
             bound,
             protection: w.protection.clone(),
         });

@@ -1,0 +1,337 @@
+//! Protection by tool: the programs a person runs routinely on the host that run code they
+//! find in a folder, what they run, every path they read to decide what to run, and the
+//! routine command that makes them do it. A protected *file name* means nothing on its own;
+//! what matters is that `git commit`, `make` or `cargo --version` in the folder afterwards
+//! runs nothing the worker wrote, so each row lists every name its tool reads.
+//!
+//! [`TOOLS`] is the one table: the default entries are its [`Scope::Always`] rows,
+//! `protect: [Makefile]` brings in its [`Scope::Family`] rows ([`family`]), and
+//! `docs/configuration.md` shows the same rows (a test keeps the two equal).
+//!
+//! A path may hold `{a,b}` alternatives (`lefthook{,-local}.{yml,yaml}`): written once here
+//! and in the docs, it becomes one plain name per alternative ([`expand`]), which the matcher
+//! compares by name instead of building a glob for it.
+
+/// When a row's paths are protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// In every writable zone, by default (`unprotect:` turns one off for a zone).
+    Always,
+    /// When the person protects one of these manifests (`protect: [Makefile]`): the row's
+    /// paths are what changes how that manifest's commands run, beside it.
+    Family(&'static [&'static str]),
+    /// Only where a zone is a home directory (start-up files, `PATH` folders, command-line
+    /// tools' own configuration).
+    Home,
+}
+
+/// One tool that runs what it finds in a folder.
+#[derive(Debug, Clone, Copy)]
+pub struct Tool {
+    /// The tool, as the person knows it.
+    pub tool: &'static str,
+    /// What it runs, and which setting or file makes it.
+    pub runs: &'static str,
+    /// Every path it reads to decide what to run (entries: relative, at any depth).
+    pub paths: &'static [&'static str],
+    /// The routine command that makes it run them.
+    pub trigger: &'static str,
+    pub scope: Scope,
+}
+
+/// The manifests of a JavaScript package: protecting one protects how its scripts run.
+const PACKAGE: &[&str] = &["package.json"];
+/// What GNU make reads, first found first: protecting one protects all three, or a worker's
+/// `GNUmakefile` would be read instead of the person's protected `Makefile`.
+const MAKEFILES: &[&str] = &["GNUmakefile", "makefile", "Makefile"];
+
+/// Every tool workcell protects a folder against.
+pub const TOOLS: &[Tool] = &[
+    Tool {
+        tool: "git",
+        runs: "hooks, and the commands its config names (`core.fsmonitor`, `core.sshCommand`, `core.pager`, filters); a `.git` file or `commondir` sends it to another git directory",
+        paths: &[
+            ".git",
+            ".git/hooks",
+            ".git/config",
+            ".git/config.worktree",
+            ".git/commondir",
+            ".git/worktrees/*/commondir",
+            ".git/worktrees/*/config.worktree",
+            ".git/modules/**/config",
+            ".git/modules/**/hooks",
+        ],
+        trigger: "`git status`, `git commit`, a prompt that shows the branch",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "git (submodules, user configuration)",
+        runs: "`submodule.*.update = !command`; a user configuration's commands",
+        paths: &[".gitmodules", ".gitconfig", ".config/git"],
+        trigger: "`git submodule update`; any git command with the folder as `HOME`",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "husky",
+        runs: "`.husky/<hook>`: husky 9 sets `core.hooksPath = .husky/_`, whose stubs source `.husky/_/h`, which runs the hook one folder up",
+        paths: &[".husky"],
+        trigger: "`git commit`, `git push`",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "pre-commit",
+        runs: "the hooks its configuration lists (a `repo: local` hook runs any command)",
+        paths: &[".pre-commit-config.yaml"],
+        trigger: "`git commit` once `pre-commit install` ran",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "lefthook",
+        runs: "the commands and scripts its configuration lists, the local one merged in, scripts from `.lefthook/` and `.lefthook-local/`",
+        paths: &[
+            "lefthook{,-local}.{yml,yaml,toml,json,jsonc}",
+            ".lefthook{,-local}.{yml,yaml,toml,json,jsonc}",
+            ".config/lefthook{,-local}.{yml,yaml,toml,json,jsonc}",
+            ".lefthook",
+            ".lefthook-local",
+        ],
+        trigger: "`git commit` once `lefthook install` ran",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "rustup",
+        runs: "`[toolchain] path = DIR`: `DIR/bin/cargo`, `rustc` instead of the installed ones",
+        paths: &["rust-toolchain", "rust-toolchain.toml"],
+        trigger: "`cargo --version`, any `cargo` or `rustc` in the folder or below, rust-analyzer opening it",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "cargo",
+        runs: "`build.rustc-wrapper`, `build.rustc`, `target.*.runner`, `[alias]`, `[env]`",
+        paths: &[".cargo/config.toml", ".cargo/config"],
+        trigger: "`cargo build`, `cargo check`, `cargo run` in the folder or below (rust-analyzer runs `cargo check`)",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "direnv",
+        runs: "`.envrc` as shell code, once allowed (a changed file is asked again)",
+        paths: &[".envrc"],
+        trigger: "`cd` into the folder",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "VS Code",
+        runs: "tasks with `runOn: folderOpen`, programs its settings name",
+        paths: &[".vscode"],
+        trigger: "opening the folder",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "JetBrains IDEs",
+        runs: "startup tasks, run configurations, tools its settings name",
+        paths: &[".idea"],
+        trigger: "opening the project",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "vim, neovim",
+        runs: "Ex commands and Lua from the folder when `exrc` is set (neovim asks to trust a file first)",
+        paths: &[".exrc", "_exrc", ".vimrc", "_vimrc", ".nvimrc", ".nvim.lua"],
+        trigger: "`vim` or `nvim` in the folder",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "Claude Code",
+        runs: "hooks in its settings, MCP servers' commands",
+        paths: &[".claude", ".mcp.json"],
+        trigger: "`claude` in the folder",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "OpenAI Codex",
+        runs: "MCP servers, `notify` and other commands of a project's `config.toml`",
+        paths: &[".codex"],
+        trigger: "`codex` in the folder",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "Gemini CLI, Cursor",
+        runs: "MCP servers' commands, hooks in their settings",
+        paths: &[".gemini", ".cursor"],
+        trigger: "`gemini` in the folder, opening it in Cursor",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "bash, zsh, fish",
+        runs: "their start-up files",
+        paths: &[
+            ".bashrc",
+            // Debian's and Ubuntu's `.bashrc` source it; Fedora's sources every file of `.bashrc.d`.
+            ".bash_aliases",
+            ".bashrc.d",
+            ".bash_profile",
+            ".bash_login",
+            ".bash_logout",
+            ".profile",
+            ".zshrc",
+            ".zprofile",
+            ".zshenv",
+            ".zlogin",
+            ".zlogout",
+            // fish runs `config.fish`, `conf.d/*` and autoloads `functions/*`.
+            ".config/fish",
+        ],
+        trigger: "a new shell with the folder as `HOME`",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "ssh",
+        runs: "`ProxyCommand`, `LocalCommand`, `Match exec` of `config`; sshd runs `rc` at login; `authorized_keys` lets in",
+        paths: &[".ssh"],
+        trigger: "`git fetch` over ssh, `ssh`",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "make",
+        runs: "the recipes of the first of `GNUmakefile`, `makefile`, `Makefile` it finds",
+        paths: MAKEFILES,
+        trigger: "`make`",
+        scope: Scope::Family(MAKEFILES),
+    },
+    Tool {
+        tool: "npm",
+        runs: "`script-shell=` runs every script, `node-options=--require`; the lock file names the tarball whose install scripts `npm ci` runs",
+        paths: &[".npmrc", "package-lock.json", "npm-shrinkwrap.json"],
+        trigger: "`npm test`, `npm run`, `npm ci`",
+        scope: Scope::Family(PACKAGE),
+    },
+    Tool {
+        tool: "yarn",
+        runs: "`yarnPath` / `yarn-path`: a JavaScript file instead of yarn itself; plugins; the PnP loader every script requires",
+        paths: &[".yarnrc", ".yarnrc.yml", ".yarn/releases", ".yarn/plugins", ".pnp.cjs", ".pnp.loader.mjs", "yarn.lock"],
+        trigger: "any `yarn` command",
+        scope: Scope::Family(PACKAGE),
+    },
+    Tool {
+        tool: "pnpm",
+        runs: "`.pnpmfile.cjs` hooks; settings of `pnpm-workspace.yaml` (a pnpmfile elsewhere)",
+        paths: &[".pnpmfile.cjs", "pnpm-workspace.yaml", "pnpm-lock.yaml"],
+        trigger: "`pnpm install`",
+        scope: Scope::Family(PACKAGE),
+    },
+    Tool {
+        tool: "bun",
+        runs: "`preload` scripts of `bunfig.toml`",
+        paths: &["bunfig.toml", "bun.lock", "bun.lockb"],
+        trigger: "`bun run`, `bun test`",
+        scope: Scope::Family(PACKAGE),
+    },
+    // Rows that matter only in a home directory (`Scope::Home`) go here.
+];
+
+/// The default entries: every path of the [`Scope::Always`] rows, alternatives expanded, in
+/// the table's order.
+pub fn defaults() -> Vec<String> {
+    TOOLS.iter().filter(|t| t.scope == Scope::Always).flat_map(|t| t.paths.iter().flat_map(|p| expand(p))).collect()
+}
+
+/// One path a protected manifest brings in, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FamilyEntry {
+    /// The entry added (beside the manifest: `sub/Makefile` brings `sub/GNUmakefile`).
+    pub entry: String,
+    /// The person's entry that brought it.
+    pub from: String,
+    /// The tool that reads it.
+    pub tool: &'static str,
+}
+
+/// The paths that protecting `entry` brings in: for each [`Scope::Family`] row one of whose
+/// manifests is `entry`'s last name, the row's paths in `entry`'s folder (the manifest
+/// itself left out).
+pub fn family(entry: &str) -> Vec<FamilyEntry> {
+    let (folder, name) = match entry.rsplit_once('/') {
+        Some((folder, name)) => (format!("{folder}/"), name),
+        None => (String::new(), entry),
+    };
+    let mut out: Vec<FamilyEntry> = Vec::new();
+    for t in TOOLS {
+        let Scope::Family(manifests) = t.scope else { continue };
+        if !manifests.contains(&name) {
+            continue;
+        }
+        for p in t.paths.iter().flat_map(|p| expand(p)) {
+            let added = format!("{folder}{p}");
+            if added != entry && !out.iter().any(|f| f.entry == added) {
+                out.push(FamilyEntry { entry: added, from: entry.to_string(), tool: t.tool });
+            }
+        }
+    }
+    out
+}
+
+/// `path` with every `{a,b,…}` group (not nested) replaced by each alternative in turn.
+pub fn expand(path: &str) -> Vec<String> {
+    let Some(open) = path.find('{') else { return vec![path.to_string()] };
+    let Some(close) = path[open..].find('}').map(|c| open + c) else { return vec![path.to_string()] };
+    let (head, tail) = (&path[..open], &path[close + 1..]);
+    path[open + 1..close].split(',').flat_map(|alt| expand(&format!("{head}{alt}{tail}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alternatives_expand_to_plain_names() {
+        assert_eq!(expand("a{,-b}.{x,y}"), ["a.x", "a.y", "a-b.x", "a-b.y"]);
+        assert_eq!(expand(".git/hooks"), [".git/hooks"]);
+        let d = defaults();
+        assert!(d.contains(&"lefthook-local.jsonc".to_string()) && d.contains(&".config/lefthook.yml".to_string()));
+        assert!(d.iter().all(|e| !e.contains(['{', '}'])), "{d:?}");
+    }
+
+    #[test]
+    fn a_manifest_brings_its_family_beside_it() {
+        let names = |e: &str| family(e).into_iter().map(|f| f.entry).collect::<Vec<_>>();
+        assert_eq!(names("Makefile"), ["GNUmakefile", "makefile"]);
+        assert_eq!(names("sub/makefile"), ["sub/GNUmakefile", "sub/Makefile"]);
+        assert!(names("package.json").contains(&".npmrc".to_string()));
+        assert!(names("web/package.json").contains(&"web/.yarnrc.yml".to_string()));
+        assert!(names("Makefile.am").is_empty() && names(".github/workflows").is_empty());
+        assert_eq!(family("package.json")[0].tool, "npm");
+    }
+
+    /// A default entry that is also a family's would make `unprotect:` of it ambiguous.
+    #[test]
+    fn no_path_is_both_default_and_family() {
+        let d = defaults();
+        for t in TOOLS.iter().filter(|t| matches!(t.scope, Scope::Family(_))) {
+            for p in t.paths.iter().flat_map(|p| expand(p)) {
+                assert!(!d.contains(&p), "{p} of {} is a default too", t.tool);
+            }
+        }
+    }
+
+    /// Every row of the table is a row of the docs' table (docs/configuration.md, "Protection
+    /// by tool"), with each of its paths and its scope, so the two cannot drift apart.
+    #[test]
+    fn the_docs_table_has_every_row() {
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")).expect("docs/configuration.md");
+        let start = docs.find("### Protection by tool").expect("the section");
+        let rows: Vec<&str> = docs[start..].lines().filter(|l| l.starts_with("| ")).collect();
+        for t in TOOLS {
+            let row = rows.iter().find(|r| r.starts_with(&format!("| {} |", t.tool))).unwrap_or_else(|| panic!("no row for {} in the docs", t.tool));
+            let cells: Vec<&str> = row.split(" | ").collect();
+            for p in t.paths {
+                assert!(cells[2].split(", ").any(|c| c == format!("`{p}`")), "the docs' row for {} lacks `{p}`: {row}", t.tool);
+            }
+            let scope = match t.scope {
+                Scope::Always => "default",
+                Scope::Family(_) => "with ",
+                Scope::Home => "home",
+            };
+            assert!(cells[4].starts_with(scope), "the docs' row for {} says {}, not {scope}", t.tool, cells[4]);
+        }
+    }
+}
