@@ -156,6 +156,37 @@ mod body {
         c.undo_and_make();
     }
 
+    /// A shell call of `workcell mcp` is checked like a run: the commit is set back after the
+    /// call, and the agent is told in the call's result.
+    pub fn mcp_calls_are_checked(backend: &str) {
+        if !support::python_ready(&["mcp"]) {
+            return;
+        }
+        let c = Checkout::new();
+        let old = git(&c.repo, &["rev-parse", "main"]);
+        let command = stage_plant(&c.marker) + "C=$(git commit-tree $(git write-tree) -p HEAD -m build) && git update-ref refs/heads/main $C && echo PLANTED";
+        let client = format!(
+            "import asyncio, json, sys\nfrom mcp import ClientSession, StdioServerParameters\nfrom mcp.client.stdio import stdio_client\n\
+             async def main():\n    p = StdioServerParameters(command={bin:?}, args=['mcp', '--backend', {backend:?}, '--approve-all'], cwd={cwd:?})\n\
+             \x20   async with stdio_client(p) as (r, w):\n        async with ClientSession(r, w) as session:\n            await session.initialize()\n\
+             \x20           res = await session.call_tool('shell', {{'command': {command:?}}})\n\
+             \x20           print(json.dumps({{'error': res.is_error, 'text': ''.join(getattr(c, 'text', '') for c in res.content)}}))\n\
+             asyncio.run(main())\n",
+            bin = env!("CARGO_BIN_EXE_workcell"),
+            cwd = c.proj.display().to_string(),
+        );
+        let o = Command::new(support::python()).arg("-c").arg(&client).output().expect("python");
+        assert!(o.status.success(), "client: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+        let text = v["text"].as_str().unwrap_or("");
+        eprintln!("{text}");
+        assert!(text.contains("PLANTED"), "the worker's plumbing failed: {text}");
+        assert!(text.contains("refs/heads/main set back") && text.contains("Makefile"), "the agent is told: {text}");
+        assert_eq!(git(&c.repo, &["rev-parse", "main"]), old, "main still carries the worker's commit");
+        assert_eq!(c.quarantined().len(), 1);
+        c.undo_and_make();
+    }
+
     /// An ordinary commit (and a staged ordinary file) stays: exit 0, nothing said.
     pub fn ordinary_commits_stay(backend: &str) {
         let c = Checkout::new();
@@ -171,5 +202,13 @@ mod body {
     }
 }
 
-support::backend_suite!(bwrap, "bwrap", [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay]);
-support::backend_suite!(docker, "docker", [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay]);
+support::backend_suite!(
+    bwrap,
+    "bwrap",
+    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked]
+);
+support::backend_suite!(
+    docker,
+    "docker",
+    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked]
+);
