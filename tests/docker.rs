@@ -1,6 +1,7 @@
 //! What only the Docker backend has, against the real engine: the container's root, named
 //! env, interfaces, the pids cgroup, container removal on timeout and signals, the start
-//! errors Docker reports, stdin, images and builds, gc, doctor. What every backend must do
+//! errors Docker reports, stdin, images and builds, gc, doctor, what lies beyond the zones
+//! (/run, /tmp, IPC) the same on both engines. What every backend must do
 //! (zones, hidden host paths, env, capabilities, /tmp, limits, exit statuses, network) is in
 //! `behaviour.rs`, run on docker and bwrap; the rendered plans (no daemon) in `docker_render.rs`.
 //!
@@ -318,6 +319,52 @@ fn a_user_the_socket_refuses_is_told_how_to_get_access() {
     assert!(!said.contains("Start it") && !said.contains("workcell doctor"), "{said}");
 }
 
+/// The same boundary beyond the zones on Docker and on Podman, which on its own mounts a
+/// writable /run (world-writable and unbounded when the image has none), leaves /tmp
+/// executable and makes the IPC namespace shareable. The worker, in an image without /run and
+/// in `image: host`, tries to write in /run and /var/tmp and to run a program it put in /tmp;
+/// then another container tries to join its IPC namespace.
+fn run_tmp_and_ipc_are_the_same_on_both_engines(engine: &str) {
+    if !backend_ready(engine) {
+        return;
+    }
+    let p = Proj::new();
+    let img = BusyboxImage::build("parity");
+    let probe = "B=/bin/busybox; for f in /run/x /run/workcell/x /var/tmp/x; do if (echo x > $f) 2>/dev/null; then echo WROTE:$f; fi; done; \
+        $B mkdir /run/d 2>/dev/null && echo WROTE:/run/d; $B stat -c run=%a:%u /run; \
+        $B cp $B /tmp/true && $B ls /tmp/true && /tmp/true && echo RAN:/tmp/true; exit 0";
+    for image in [&["--image", img.tag.as_str()][..], &[]] {
+        let out = p.run(image, &["/bin/busybox", "sh", "-c", probe]).assert().success().get_output().stdout.clone();
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.contains("/tmp/true"), "the worker could not put a program in /tmp ({image:?}):\n{out}");
+        assert!(!out.contains("WROTE:") && !out.contains("RAN:"), "the worker wrote beyond its zones and /tmp, or ran a program from /tmp ({image:?}):\n{out}");
+        assert!(out.contains("run=755:0"), "/run is not root's 0755 ({image:?}):\n{out}");
+    }
+
+    // A worker that waits, and a container that asks to share its IPC namespace.
+    let mut worker = std::process::Command::new(assert_cmd::cargo::cargo_bin("workcell"))
+        .current_dir(&p.dir)
+        .args(["run", "--backend", "docker", "--zone", "in=in:ro", "--", "sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn workcell");
+    let id = wait_for_running(&format!("dev.workcell.project={}", p.dir.display()), Duration::from_secs(60));
+    let intruder = format!("workcell-test-ipc-{}", unique());
+    let join = std::process::Command::new("docker")
+        .args(["run", "-d", "--name", &intruder, "--label", "dev.workcell.managed=true", "--ipc", &format!("container:{id}")])
+        .args(run_args())
+        .args([&img.tag, "/bin/busybox", "sleep", "60"])
+        .output()
+        .expect("docker run");
+    let _ = std::process::Command::new("docker").args(["rm", "-f", &intruder]).output();
+    rustix::process::kill_process(rustix::process::Pid::from_child(&worker), rustix::process::Signal::TERM).expect("signal workcell");
+    let _ = worker.wait();
+    let said = String::from_utf8_lossy(&join.stderr);
+    assert!(!join.status.success(), "another container joined the worker's IPC namespace");
+    assert!(said.contains("non-shareable"), "refused for another reason than a private IPC namespace: {said}");
+    p.assert_no_containers();
+}
+
 fn doctor_reports_the_engine(engine: &str) {
     if !backend_ready(engine) {
         return;
@@ -354,4 +401,5 @@ on_engines!(
     build_folder_is_built_once_and_reused,
     gc_removes_stopped_managed_containers,
     doctor_reports_the_engine,
+    run_tmp_and_ipc_are_the_same_on_both_engines,
 );

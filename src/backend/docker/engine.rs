@@ -121,6 +121,8 @@ fn parse_proc_limits(text: &str) -> Option<HostLimits> {
 
 /// The scratch directory Podman adds to a read-only root beyond the plan's.
 const PODMAN_VAR_TMP: &str = "/var/tmp";
+/// Podman's tmpfs option for "start empty" (Docker refuses it, and needs it not).
+const NO_COPY_UP: &str = "notmpcopyup";
 
 /// Bends `settings` (rendered for Docker) for `engine`. For Docker it changes nothing.
 ///
@@ -142,13 +144,23 @@ pub fn adapt(settings: &mut DockerSettings, engine: &Engine, limits: HostLimits)
     };
     // With a read-only root Podman mounts writable tmpfs on /run, /tmp and /var/tmp (its
     // `--read-only-tmpfs`, which the compatible API cannot turn off); Docker adds none. /tmp
-    // is the plan's own and /run is root's (0755), but /var/tmp is open to every user: a
-    // read-only one of our own takes its place, so the worker can write only where the plan
-    // says.
+    // and /run are the render's own (for every engine), but /var/tmp is open to every user:
+    // a read-only one of our own takes its place, so the worker can write only where the
+    // plan says.
     let tmpfs = host.tmpfs.get_or_insert_with(Default::default);
     let bound = |t: &str| host.mounts.iter().flatten().any(|m| m.target.as_deref() == Some(t));
     if !tmpfs.contains_key(PODMAN_VAR_TMP) && !bound(PODMAN_VAR_TMP) {
         tmpfs.insert(PODMAN_VAR_TMP.to_string(), "ro,nosuid,nodev,noexec,size=16k".to_string());
+    }
+    // Podman fills each tmpfs with what the image has at that path (`tmpcopyup`, its
+    // default), and takes that directory's mode for the tmpfs' root: an image's 1777 /run
+    // would override the render's 0755. Docker starts every tmpfs empty; so does Podman
+    // when told.
+    for options in tmpfs.values_mut() {
+        if !options.split(',').any(|o| o == NO_COPY_UP) {
+            options.push(',');
+            options.push_str(NO_COPY_UP);
+        }
     }
     let mut set = host.ulimits.take().unwrap_or_default();
     for (name, pair) in [("nofile", limits.nofile), ("nproc", limits.nproc)] {
@@ -273,5 +285,27 @@ mod tests {
         assert_eq!((u[1].name.as_deref(), u[1].soft, u[1].hard), (Some("nproc"), Some(i64::MAX), Some(i64::MAX)));
         let tmpfs = p.create.host_config.and_then(|h| h.tmpfs).unwrap_or_default();
         assert!(tmpfs.get("/var/tmp").is_some_and(|o| o.starts_with("ro,")), "{tmpfs:?}");
+    }
+
+    #[test]
+    fn podmans_tmpfs_start_empty_once() {
+        let limits = HostLimits { nofile: (1024, 1024), nproc: (64, 64) };
+        let with_tmp = || {
+            let mut s = settings();
+            let tmpfs = [("/tmp".to_string(), "rw,noexec".to_string()), ("/run".to_string(), "ro,notmpcopyup".to_string())];
+            if let Some(h) = s.create.host_config.as_mut() {
+                h.tmpfs = Some(tmpfs.into());
+            }
+            s
+        };
+        let mut d = with_tmp();
+        adapt(&mut d, &Engine::Docker, limits);
+        assert_eq!(d, with_tmp(), "Docker refuses notmpcopyup");
+        let mut p = with_tmp();
+        adapt(&mut p, &Engine::Podman("4".into()), limits);
+        let tmpfs = p.create.host_config.and_then(|h| h.tmpfs).unwrap_or_default();
+        assert_eq!(tmpfs.get("/tmp").map(String::as_str), Some("rw,noexec,notmpcopyup"));
+        assert_eq!(tmpfs.get("/run").map(String::as_str), Some("ro,notmpcopyup"));
+        assert!(tmpfs.get("/var/tmp").is_some_and(|o| o.ends_with(",notmpcopyup")), "{tmpfs:?}");
     }
 }

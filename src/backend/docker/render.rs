@@ -18,6 +18,15 @@ pub const LABEL_WORKER: &str = "dev.workcell.worker";
 /// The project directory a container belongs to.
 pub const LABEL_PROJECT: &str = "dev.workcell.project";
 
+/// The run-time state directory; see [`RUN_TMPFS`].
+pub const RUN_DIR: &str = "/run";
+/// What `/run` is in every container: empty, read-only, root's 0755, bounded. The worker
+/// (never root) could not write to a root-owned 0755 directory anyway; read-only also holds
+/// for whatever the runtime or an image would put there.
+pub const RUN_TMPFS: &str = "ro,nosuid,nodev,noexec,mode=0755,size=64k";
+/// The size of `/dev/shm`, the same on every engine.
+const SHM_BYTES: i64 = 64 << 20;
+
 /// The labels of the container of `plan`.
 pub fn labels(plan: &LaunchPlan) -> HashMap<String, String> {
     let mut labels = HashMap::from([
@@ -66,8 +75,9 @@ pub enum Init {
 /// chosen by the caller ([`super::choose_init`] reads the host for it).
 ///
 /// Hardening is not optional here: every run drops all capabilities, sets
-/// `no-new-privileges`, has a read-only root, a private `/tmp`, process/memory limits and
-/// an init process, and has no network unless the plan allows it (a proxied plan's network is
+/// `no-new-privileges`, has a read-only root and `/run`, a private `noexec` `/tmp`, an IPC
+/// namespace of its own, process/memory limits and an init process, and has no network
+/// unless the plan allows it (a proxied plan's network is
 /// completed by the runner: the proxy's address is known only once the network exists).
 pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
     let mut mounts = Vec::new();
@@ -81,13 +91,24 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         mounts.push(bind(&m.source.to_string_lossy(), &m.target, m.read_only));
     }
 
-    let tmpfs: HashMap<String, String> = plan
+    let mut tmpfs: HashMap<String, String> = plan
         .tmpfs
         .iter()
         // mode=1777: every uid may create files, as on a normal /tmp; nosuid/nodev because
-        // nothing in a scratch area needs set-id binaries or device nodes.
-        .map(|t| (t.target.clone(), format!("rw,nosuid,nodev,size={},mode=1777", t.size_bytes)))
+        // nothing in a scratch area needs set-id binaries or device nodes; noexec named
+        // because Docker adds it to a tmpfs unless told otherwise and Podman does not: the
+        // scratch area is data on both engines.
+        .map(|t| (t.target.clone(), format!("rw,nosuid,nodev,noexec,size={},mode=1777", t.size_bytes)))
         .collect();
+    // /run is a read-only empty tmpfs of its own, root's 0755, on every engine: Docker leaves
+    // the image's /run on the read-only root, but Podman mounts a writable tmpfs there (its
+    // `--read-only-tmpfs`, which the compatible API cannot turn off), world-writable and
+    // unbounded when the image has no /run. The binds beneath it (the broker's directory,
+    // the agent) are made by the runtime before the read-only remount.
+    let bound = |target: &str| mounts.iter().any(|m| m.target.as_deref() == Some(target));
+    if !tmpfs.contains_key(RUN_DIR) && !bound(RUN_DIR) {
+        tmpfs.insert(RUN_DIR.to_string(), RUN_TMPFS.to_string());
+    }
 
     let memory = plan.limits.memory_bytes.and_then(|m| i64::try_from(m).ok());
     let host_config = HostConfig {
@@ -96,6 +117,12 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
         readonly_rootfs: Some(true),
+        // Its own IPC namespace that no other container may join. Docker's default depends
+        // on the daemon's `default-ipc-mode` (older daemons: shareable), Podman's is
+        // shareable; a joined namespace would share the worker's SysV objects and /dev/shm.
+        ipc_mode: Some("private".into()),
+        // /dev/shm's size named: Docker gives 64 MiB, Podman 62.5 (65536000 bytes).
+        shm_size: Some(SHM_BYTES),
         init: Some(*init == Init::Docker),
         // Proxied: the run's own internal network, made by the runner under the container's
         // name ([`super::network`]), and a DNS server where nothing answers.
