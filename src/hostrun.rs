@@ -30,6 +30,7 @@ pub mod history;
 pub mod home;
 pub mod quarantine;
 pub(crate) mod remove;
+pub mod tally;
 pub mod tools;
 
 /// The entries protected in every writable area unless a zone turns one off (`unprotect:`):

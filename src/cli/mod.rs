@@ -12,6 +12,7 @@ mod plan;
 mod pool;
 mod run;
 pub(crate) mod style;
+mod unverified;
 mod user;
 
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ pub enum CliError {
     Zone(#[from] run::ZoneSpecError),
     #[error("{0}")]
     Failed(String),
+    /// A zone's check for files the host runs could not finish, now or in an earlier run.
+    #[error("{0}")]
+    Unverified(String),
 }
 
 impl CliError {
@@ -46,6 +50,7 @@ impl CliError {
         match self {
             CliError::Usage(_) | CliError::Config(_) | CliError::Worker(_) | CliError::Zone(_) => EXIT_USAGE,
             CliError::Failed(_) => EXIT_INTERNAL,
+            CliError::Unverified(_) => crate::run::unverified::EXIT_UNVERIFIED,
         }
     }
 }
@@ -103,6 +108,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Remove containers and images that interrupted runs left behind.
     Gc(gc::GcArgs),
+    /// List the zones whose check after a run could not finish; clear one after looking.
+    Unverified(unverified::UnverifiedArgs),
     /// Start docker sandboxes ahead of time, so that runs start warm.
     #[command(subcommand)]
     Pool(pool::PoolCommand),
@@ -225,6 +232,7 @@ pub fn main() -> i32 {
         Command::Audit(a) => audit::run(&cli, a),
         Command::Doctor(a) => doctor::run(&cli, a),
         Command::Gc(a) => gc::run(a),
+        Command::Unverified(a) => unverified::run(&cli, a),
         Command::Pool(a) => pool::run(&cli, a),
         Command::Completions(a) => docs::completions(a),
         Command::Man => docs::man(),

@@ -11,9 +11,13 @@
 //!
 //! - at most [`MAX_DEPTH`] directories are open at once: a directory deeper than that is
 //!   not checked but moved into the quarantine whole (fail closed), and reported;
-//! - at most [`MAX_ENTRIES`] entries are looked at: past that, the walk stops and the
-//!   report says the area was not fully checked (a tree that big is not moved: it is more
-//!   likely the person's data than a plant).
+//! - a directory holding more names than [`tally::max_dir_entries`] is not read to its end
+//!   but moved into the quarantine whole (fail closed), and reported;
+//! - at most [`MAX_ENTRIES`] entries are looked at, hard links counted once (what is counted
+//!   and why: [`tally`]): past that, the walk stops and the report says the area was not
+//!   fully checked (`Report::incomplete`; a tree that big is not moved: it is more likely
+//!   the person's data than a plant). The run then fails and the zone stays unverified
+//!   until a person has looked (`crate::run::unverified`).
 //!
 //! A directory that cannot be opened (a worker's `chmod 000`, when workcell is not root) is
 //! moved into the quarantine whole as well.
@@ -37,13 +41,17 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use serde::Serialize;
 
+mod made;
+
+use super::tally::{self, Tally};
 use super::{remove, Kind};
 use crate::plan::{BoundPath, ProtectedArea};
+use made::make_quarantine;
 
 /// How many directories the walk holds open at once (the depth it checks).
 pub const MAX_DEPTH: usize = 128;
-/// How many entries the walk looks at in one area before it stops.
-pub const MAX_ENTRIES: u64 = 4_000_000;
+/// How many entries the walk looks at in one run before it stops ([`tally`]).
+pub const MAX_ENTRIES: u64 = tally::MAX_ENTRIES;
 /// How many items a report keeps (the counts go on beyond it).
 pub const KEPT: usize = 100;
 /// How many existing protected paths [`existing`] notes (beyond them, they are moved).
@@ -65,6 +73,8 @@ pub enum Why {
     TooDeep,
     /// A directory the walk could not open or read.
     Unreadable { error: String },
+    /// A directory holding more than `entries` names, not read to its end.
+    Crowded { entries: u64 },
 }
 
 /// What became of an item.
@@ -124,7 +134,19 @@ pub fn sweep(area: &ProtectedArea, run_id: &str) -> Report {
     };
     let report = Report { host: held.current_path().map(|p| p.to_string_lossy().into_owned()), ..report };
     let bound = area.bound.iter().map(|b| b.identity).collect();
-    let mut s = Sweep { area, run_id, root: held.0.as_fd(), quarantine: None, seen: 0, next: 1, report, found: None, bound, base_len: 0, pending: Vec::new() };
+    let mut s = Sweep {
+        area,
+        run_id,
+        root: held.0.as_fd(),
+        quarantine: None,
+        tally: Tally::default(),
+        next: 1,
+        report,
+        found: None,
+        bound,
+        base_len: 0,
+        pending: Vec::new(),
+    };
     if let Err(e) = s.walk(held.0.as_fd(), &[]) {
         s.report.incomplete = Some(format!("cannot read the area: {e}"));
     }
@@ -153,7 +175,7 @@ pub fn existing(area: &ProtectedArea) -> Vec<BoundPath> {
         run_id: "",
         root: held.0.as_fd(),
         quarantine: None,
-        seen: 0,
+        tally: Tally::default(),
         next: 1,
         report: Report::default(),
         found: Some(Vec::new()),
@@ -171,7 +193,7 @@ struct Sweep<'a> {
     root: BorrowedFd<'a>,
     /// This run's quarantine directory and its identity, made on first need (or why not).
     quarantine: Option<Result<Made, String>>,
-    seen: u64,
+    tally: Tally,
     /// The number of the next moved item.
     next: u64,
     report: Report,
@@ -192,10 +214,20 @@ struct Sweep<'a> {
 /// This run's quarantine directory, and its identity (device, inode).
 type Made = (OwnedFd, (u64, u64));
 
-/// A directory being listed, and the length of its path in the walk's path buffer.
+/// A directory being listed, the length of its path in the walk's path buffer, its device
+/// and how many names it has listed so far.
 struct Frame {
     dir: Dir,
     rel_len: usize,
+    dev: u64,
+    listed: u64,
+}
+
+impl Frame {
+    fn new(dir: Dir, rel_len: usize) -> io::Result<Frame> {
+        let dev = rustix::fs::fstat(dir.fd()?)?.st_dev;
+        Ok(Frame { dir, rel_len, dev, listed: 0 })
+    }
 }
 
 impl Sweep<'_> {
@@ -203,7 +235,7 @@ impl Sweep<'_> {
     fn walk(&mut self, root: BorrowedFd<'_>, base: &[u8]) -> io::Result<()> {
         let mut rel: Vec<u8> = base.to_vec();
         self.base_len = if base.is_empty() { 0 } else { base.len() + 1 };
-        let mut stack = vec![Frame { dir: list(root)?, rel_len: rel.len() }];
+        let mut stack = vec![Frame::new(list(root)?, rel.len())?];
         self.git_dir_inside(stack[0].dir.fd()?, &rel);
         loop {
             let depth = stack.len();
@@ -216,7 +248,7 @@ impl Sweep<'_> {
                 // A directory that stops reading part-way: what it still holds is unknown.
                 Some(Err(e)) => {
                     let dir = stack.pop().map(|f| f.rel_len);
-                    self.unreadable_below(&stack, &mut rel, dir, e);
+                    self.set_aside_below(&stack, &mut rel, dir, Why::Unreadable { error: e.to_string() });
                     continue;
                 }
                 Some(Ok(e)) => e,
@@ -225,9 +257,15 @@ impl Sweep<'_> {
             if name == c"." || name == c".." {
                 continue;
             }
-            self.seen += 1;
-            if self.seen > MAX_ENTRIES {
-                self.report.incomplete = Some(format!("the check stopped after {MAX_ENTRIES} entries; what lies beyond was not looked at"));
+            top.listed += 1;
+            // Not read to its end: what it still holds is unknown, so it goes whole.
+            if top.listed > tally::max_dir_entries() {
+                let dir = stack.pop().map(|f| f.rel_len);
+                self.set_aside_below(&stack, &mut rel, dir, Why::Crowded { entries: tally::max_dir_entries() });
+                continue;
+            }
+            if let Err(over) = self.tally.count(top.dev, entry.ino(), entry.file_type() == FileType::Directory) {
+                self.report.incomplete = Some(format!("it stopped at {over}"));
                 return Ok(());
             }
             rel.truncate(top.rel_len);
@@ -269,7 +307,7 @@ impl Sweep<'_> {
                             Ok(dir) => {
                                 let rel_len = rel.len();
                                 self.git_dir_inside(dir.fd()?, &rel);
-                                stack.push(Frame { dir, rel_len });
+                                stack.push(Frame::new(dir, rel_len)?);
                             }
                             Err(e) => self.neutralise(parent, name, &rel, Why::Unreadable { error: e.to_string() }),
                         }
@@ -289,17 +327,22 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// A directory (at `rel[..len]`) failed part-way through its listing: it is moved whole.
-    fn unreadable_below(&mut self, stack: &[Frame], rel: &mut Vec<u8>, len: Option<usize>, e: Errno) {
+    /// A directory (at `rel[..len]`) not read to its end (its listing failed, or it is
+    /// crowded): it is moved whole. The area's own root cannot be: the area is incomplete.
+    fn set_aside_below(&mut self, stack: &[Frame], rel: &mut Vec<u8>, len: Option<usize>, why: Why) {
         let (Some(len), Some(parent)) = (len, stack.last()) else {
-            self.report.incomplete = Some(format!("cannot list the area: {e}"));
+            self.report.incomplete = Some(match why {
+                Why::Crowded { entries } => format!("its top directory holds more than {entries} names, so it was not read to its end"),
+                Why::Unreadable { error } => format!("cannot list the area: {error}"),
+                _ => "cannot list the area".to_string(),
+            });
             return;
         };
         rel.truncate(len);
         let name_start = rel.iter().rposition(|b| *b == b'/').map_or(0, |i| i + 1);
         let (Ok(name), Ok(pfd)) = (CString::new(&rel[name_start..]), parent.dir.fd()) else { return };
         let path = rel.clone();
-        self.neutralise(pfd, &name, &path, Why::Unreadable { error: e.to_string() });
+        self.neutralise(pfd, &name, &path, why);
     }
 
     /// A git directory by its contents, whatever its name (a bare repository the worker made,
@@ -444,54 +487,6 @@ pub(super) fn open_dir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errn
 /// through a descriptor of its own.
 pub(super) fn list(dir: BorrowedFd<'_>) -> io::Result<Dir> {
     Ok(Dir::new(open_dir(dir, c".")?)?)
-}
-
-/// `.workcell/quarantine/RUN_ID` beneath `root`, one component at a time, owned like `root`.
-fn make_quarantine(root: BorrowedFd<'_>, run_id: &str) -> io::Result<Made> {
-    let st = rustix::fs::fstat(root)?;
-    let owner = (st.st_uid, st.st_gid);
-    let run = CString::new(run_id).map_err(io::Error::other)?;
-    let workcell = dir_beneath(root, c".workcell", owner, false, run_id)?;
-    let quarantine = dir_beneath(workcell.as_fd(), c"quarantine", owner, false, run_id)?;
-    let dir = dir_beneath(quarantine.as_fd(), &run, owner, true, run_id)?;
-    let st = rustix::fs::fstat(&dir)?;
-    Ok((dir, (st.st_dev, st.st_ino)))
-}
-
-/// The directory `name` beneath `parent`: an existing one is used unless `fresh`; anything
-/// else there (a link or file the worker planted, or for `fresh` a directory it made
-/// ahead) is set aside first, never followed.
-fn dir_beneath(parent: BorrowedFd<'_>, name: &CStr, owner: (u32, u32), fresh: bool, run_id: &str) -> io::Result<OwnedFd> {
-    for _ in 0..3 {
-        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o700)) {
-            Ok(()) => {
-                let fd = open_dir(parent, name)?;
-                // Made by workcell (perhaps as root): the area's owner can look and clean up.
-                let _ = rustix::fs::fchown(&fd, Some(rustix::fs::Uid::from_raw(owner.0)), Some(rustix::fs::Gid::from_raw(owner.1)));
-                return Ok(fd);
-            }
-            Err(Errno::EXIST) if !fresh => match open_dir(parent, name) {
-                Ok(fd) => return Ok(fd),
-                Err(Errno::LOOP | Errno::NOTDIR) => set_aside(parent, name, run_id)?,
-                Err(e) => return Err(e.into()),
-            },
-            Err(Errno::EXIST) => set_aside(parent, name, run_id)?,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(io::Error::other("it kept being replaced while it was made"))
-}
-
-/// Renames `name` to `NAME.moved-RUN_ID` beside itself (a link is renamed, not followed); a
-/// non-directory that cannot be renamed is unlinked.
-fn set_aside(parent: BorrowedFd<'_>, name: &CStr, run_id: &str) -> io::Result<()> {
-    let mut aside = name.to_bytes().to_vec();
-    aside.extend_from_slice(format!(".moved-{run_id}").as_bytes());
-    let aside = CString::new(aside).map_err(io::Error::other)?;
-    match rustix::fs::renameat_with(parent, name, parent, &aside, RenameFlags::NOREPLACE) {
-        Ok(()) | Err(Errno::NOENT) => Ok(()),
-        Err(_) => Ok(rustix::fs::unlinkat(parent, name, AtFlags::empty())?),
-    }
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use super::hookspath::{self, Target};
 use super::pin::{pin, within, zone_dir, Opened, Pinned};
 use super::{BoundPath, PlanMount, ProtectedArea};
 use crate::hostrun::home::{self, Home};
+use crate::hostrun::tally::{self, Over, Tally};
 use crate::hostrun::{Kind, Protection};
 use crate::sandbox::{Delivery, Sandbox};
 
@@ -46,6 +47,12 @@ pub const MAX_BOUND: usize = 256;
 pub enum ProtectError {
     #[error("more than {MAX_ENTRIES} files and directories")]
     TooManyEntries,
+    /// The walk's tally reached its bound (`hostrun::tally`).
+    #[error("{0}; move part of it out of the zone, or give it as a zone of its own")]
+    TooMany(Over),
+    /// A directory holding more names than one may (`hostrun::tally::max_dir_entries`).
+    #[error("the directory '{}' holds more than {} names; a folder that crowded is not checked. Split it into smaller folders, or move it out of the zone (into a read-only zone of its own)", crate::term::escape(.0), .1)]
+    Crowded(String, u64),
     #[error("directories nested deeper than {MAX_DEPTH} levels (at '{}')", crate::term::escape(.0))]
     TooDeep(String),
     #[error("more than {MAX_BOUND} files the host runs to keep read-only")]
@@ -195,7 +202,8 @@ pub(super) struct Walked<'a> {
 /// What the walks of one run have used.
 #[derive(Default)]
 struct Budget {
-    entries: usize,
+    /// Counted as the sweep after the run counts, so a zone accepted here is swept whole.
+    tally: Tally,
     bound: usize,
 }
 
@@ -228,16 +236,24 @@ fn walk(
         // What makes this directory a git directory, whatever its name (a bare repository:
         // git uses the config of one it finds itself in).
         let mut git_marks = 0u8;
+        let dev = rustix::fs::fstat(&*fd).map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?.st_dev;
+        let mut listed = 0u64;
         for e in entries {
             let e = e.map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
             let name = e.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
             }
-            budget.entries += 1;
-            if budget.entries > MAX_ENTRIES {
-                return Err(ProtectError::TooManyEntries);
+            listed += 1;
+            if listed > tally::max_dir_entries() {
+                // One the sweep moved into the quarantine for this: moved again by this run's
+                // sweep, never a reason to refuse every later run.
+                if rel.starts_with(crate::hostrun::quarantine::DIR) {
+                    break;
+                }
+                return Err(ProtectError::Crowded(shown(&rel), tally::max_dir_entries()));
             }
+            budget.tally.count(dev, e.ino(), e.file_type() == FileType::Directory).map_err(ProtectError::TooMany)?;
             let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
             let path = rel.join(name);
             let kind = match e.file_type() {

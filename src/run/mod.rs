@@ -13,6 +13,7 @@ pub mod refusals;
 pub mod resident;
 mod review;
 pub mod runner;
+pub mod unverified;
 
 use std::sync::{Arc, OnceLock};
 
@@ -79,6 +80,10 @@ pub enum RunError {
     /// it is (refused like a bad configuration).
     #[error(transparent)]
     CopyRefused(crate::delivery::DeliveryError),
+    /// The check after the run could not finish in a zone, or a zone is still unverified
+    /// from such a run (exit [`unverified::EXIT_UNVERIFIED`]).
+    #[error(transparent)]
+    Unverified(#[from] unverified::UnverifiedError),
 }
 
 /// What the worker can ask the host for.
@@ -152,6 +157,9 @@ impl std::fmt::Debug for Session {
 impl Session {
     /// Plans the run, chooses its backend, starts its services and records its start.
     pub fn prepare(spec: Spec<'_>) -> Result<Session, RunError> {
+        // Before anything is made or walked: a zone an earlier run left unverified waits for
+        // a person (`unverified`).
+        unverified::refuse_marked(&spec.project.dir, &spec.sandbox)?;
         // Granted directories that do not exist yet are created now, owned by the worker's
         // user; the plan and the tool service then hold them like any other area.
         // Removed again (when still empty) if the launch is refused below.
@@ -339,6 +347,8 @@ impl Session {
         // before anyone (the caller, the person) touches the zones again.
         let swept = planted::sweep(&self.plan);
         planted::tell(&swept, &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
+        // A check that could not finish fails the run, whatever the worker's status.
+        let unfinished = unverified::record(&self.plan, &swept).err();
         // Then what it committed or staged: a protected file's content on the current branch
         // or in the index is set back before the person's `git reset --hard` writes it.
         history::tell(&watch.check(&self.plan.run_id), &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
@@ -349,7 +359,11 @@ impl Session {
                 finished.exit_code = EXIT_HELD_BACK;
             }
         }
-        self.record_end(result.as_ref().ok().map(|f| f.exit_code), result.as_ref().err().map(|e| e.to_string()));
+        let error = unfinished.as_ref().map(ToString::to_string).or_else(|| result.as_ref().err().map(|e| e.to_string()));
+        self.record_end(result.as_ref().ok().map(|f| f.exit_code), error);
+        if let Some(e) = unfinished {
+            return Err(e.into());
+        }
         Ok(result?)
     }
 }

@@ -64,6 +64,7 @@ pub fn lines(r: &Report, run_id: &str, host: bool) -> Vec<String> {
             }
             Why::TooDeep => format!("deeper than {MAX_DEPTH} directories, so not checked").into(),
             Why::Unreadable { error } => format!("a directory that could not be read ({}), so not checked", crate::term::escape(error)).into(),
+            Why::Crowded { entries } => format!("a directory holding more than {entries} names, so not checked").into(),
         };
         out.push(match &item.outcome {
             Outcome::Quarantined { to } => format!("workcell: moved aside {path} in {target} ({why}): now {}", crate::term::escape(to)),
@@ -77,8 +78,6 @@ pub fn lines(r: &Report, run_id: &str, host: bool) -> Vec<String> {
     if r.total > told {
         out.push(format!("workcell: and {} more in {target}, in {DIR}/{run_id} (the audit log lists the first {})", r.total - told, quarantine::KEPT));
     }
-    if let Some(why) = &r.incomplete {
-        out.push(format!("workcell: WARNING: {target} was not fully checked for files the host runs: {}", crate::term::escape(why)));
-    }
+    // An area not fully checked is not told here: the run fails with it (`run::unverified`).
     out
 }

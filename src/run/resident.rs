@@ -308,6 +308,13 @@ impl Resident {
             }
         };
         let swept = planted::sweep(&self.plan);
+        // A check that could not finish fails the call (its error is the tool's), and the
+        // sandbox ends: the next call's start refuses the zone until a person has looked.
+        if let Err(e) = super::unverified::record(&self.plan, &swept) {
+            self.broken.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.kill_agent();
+            return Err(ResidentError::Run(e.into()));
+        }
         if !swept.is_empty() {
             let mut result = Ok(finished);
             planted::tell(
