@@ -319,7 +319,11 @@ mod tests {
     fn the_docs_table_has_every_row() {
         let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")).expect("docs/configuration.md");
         let start = docs.find("### Protection by tool").expect("the section");
-        let rows: Vec<&str> = docs[start..].lines().filter(|l| l.starts_with("| ")).collect();
+        // The section ends at the next paragraph that is not its own (bold, or a heading of
+        // another section).
+        let section = &docs[start..];
+        let end = section.find("\n**").or_else(|| section.find("\n## ")).unwrap_or(section.len());
+        let rows: Vec<&str> = section[..end].lines().filter(|l| l.starts_with("| ")).collect();
         for t in TOOLS {
             let row = rows.iter().find(|r| r.starts_with(&format!("| {} |", t.tool))).unwrap_or_else(|| panic!("no row for {} in the docs", t.tool));
             let cells: Vec<&str> = row.split(" | ").collect();
@@ -332,6 +336,10 @@ mod tests {
                 Scope::Home => "home",
             };
             assert!(cells[4].starts_with(scope), "the docs' row for {} says {}, not {scope}", t.tool, cells[4]);
+        }
+        // And no row in the docs that the code does not hold (the header aside).
+        for row in rows.iter().filter(|r| !r.starts_with("| Tool |")) {
+            assert!(TOOLS.iter().any(|t| row.starts_with(&format!("| {} |", t.tool))), "the docs' row {row} is no tool of the table");
         }
     }
 }
