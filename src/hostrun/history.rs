@@ -22,8 +22,10 @@
 //! judged like new commits. When one of them is protected in the zone (matched as a path
 //! relative to the zone, whatever the repository's place in it), the branch goes back to the
 //! commit it had (compare-and-swap: not over a change that came later) and the worker's commit
-//! is kept as `refs/workcell/quarantine/RUN_ID` (`-head` for a moved `HEAD`). Commits that
-//! change no protected path stay. Then the index: each entry for a protected path that
+//! is kept as `refs/workcell/quarantine/RUN_ID` (`-head` for a moved `HEAD`). A run whose
+//! commits change no protected path keeps them all; one that changed one is set back whole, to
+//! the state before the run (its ordinary commits are in the kept ref, to be picked again by a
+//! person who has looked). Then the index (when the worker wrote it, or a ref was set back): each entry for a protected path that
 //! differs from the commit `HEAD` now names is set back to that commit's (removed when the
 //! commit has none). That is the "state before the run" only if the person had not staged a
 //! change to that path themselves; the report names the object each entry held, so a person
@@ -252,7 +254,12 @@ impl Watched {
                 }
             }
         }
-        self.judge_index(&empty, report)
+        // The index only when the worker wrote it or a ref was set back (a person's own staged
+        // change to a protected path is not the worker's to lose).
+        if stamp(self.repo.dir().as_fd(), "index") != self.looks.index || !report.moved.is_empty() {
+            self.judge_index(&empty, report)?;
+        }
+        Ok(())
     }
 
     /// Sets back the index entries of protected paths that differ from `HEAD`'s commit.
