@@ -314,14 +314,21 @@ impl Watched {
         // A session runs many calls under one run id: the first free name.
         for n in 1..=100 {
             let name = if n == 1 { format!("{QUARANTINE}/{run_id}{suffix}") } else { format!("{QUARANTINE}/{run_id}{suffix}-{n}") };
-            let zero = "0".repeat(now.len());
-            match self.git(&["update-ref", "-m", "workcell: kept a worker's commit", &name, now, &zero]) {
-                Ok(()) => {
-                    kept = Some(name);
+            match self.resolve(&name) {
+                Ok(Some(_)) => continue,
+                Err(e) => {
+                    error = Some(e.to_string());
                     break;
                 }
+                Ok(None) => {}
+            }
+            // Created only where nothing is (the old value all zeros): never over a ref.
+            let zero = "0".repeat(now.len());
+            match self.git(&["update-ref", "-m", "workcell: kept a worker's commit", &name, now, &zero]) {
+                Ok(()) => kept = Some(name),
                 Err(e) => error = Some(e.to_string()),
             }
+            break;
         }
         Moved {
             what: what.to_string(),
