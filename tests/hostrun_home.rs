@@ -176,6 +176,93 @@ mod body {
     }
 }
 
+/// A zone that is nobody's home at its top but holds `alice/.profile`: the walk at launch finds
+/// the home, and the run's own tool service (the broker, from inside the sandbox) refuses the
+/// home entries anywhere in the zone, as the sweep would move them.
+fn broker_refuses_home_entries(backend: &str) {
+    let s = Scratch::new(false);
+    std::fs::create_dir_all(s.zone().join("alice")).expect("mkdir");
+    std::fs::write(s.zone().join("alice/.profile"), PROFILE).expect("profile");
+    let paths = ["/h/alice/.local/bin/git", "/h/alice/bin/ls", "/h/bob/.vim/plugin/w.vim", "/h/alice/.aws/config", "/h/notes.md"];
+    let mut script = String::new();
+    for p in paths {
+        script.push_str(&format!(
+            r#"curl -s --unix-socket "$WORKCELL_BROKER" -H "Authorization: Bearer $WORKCELL_TOKEN" -H 'Content-Type: application/json' --data-binary '{{"path":"{p}","content":"touch {m}/x"}}' http://workcell/v1/tools/write_file; echo; "#,
+            m = s.marks().display()
+        ));
+    }
+    let command = serde_json::to_string(&["sh", "-c", &script]).expect("json");
+    let worker = format!("---\nsandbox:\n  zones:\n    - {{name: h, mode: rw}}\ncommand: {command}\n---\nPlant.\n");
+    support::write_project(
+        &s.root.join("proj"),
+        "sandbox:\n  zones:\n    h: {path: ./h, mode: rw, approval: {write: preApproved, delete: preApproved}}\n",
+        &[("planter", &worker)],
+    );
+    support::give_to_worker(&s.root);
+    let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
+        .args(["run", "--backend", backend, "planter"])
+        .current_dir(s.root.join("proj"))
+        .output()
+        .expect("workcell");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let answers: Vec<serde_json::Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    assert_eq!(answers.len(), paths.len(), "{stdout}");
+    for (p, a) in paths.iter().zip(&answers).take(paths.len() - 1) {
+        assert_eq!(a["ok"], false, "{p}: {a}");
+        assert_eq!(a["error"]["kind"], "protected", "{p}: {a}");
+    }
+    assert_eq!(answers[paths.len() - 1]["ok"], true, "an ordinary file is written: {}", answers[paths.len() - 1]);
+    for p in ["alice/.local", "alice/bin", "bob", "alice/.aws"] {
+        assert!(s.zone().join(p).symlink_metadata().is_err(), "{p} was made");
+    }
+}
+
+/// The file tools outside any run (`workcell mcp`, the broker): a zone with a start-up file at
+/// its top is a home when the configuration is read, so they refuse its home entries too,
+/// `unprotect:` turns one off, and a zone that is no home keeps its `bin/` writable.
+#[test]
+fn file_tools_refuse_home_entries() {
+    use std::sync::Arc;
+    use workcell::config::{BackendChoice, Project};
+    use workcell::run::runner::BackendRunner;
+    use workcell::tools::approval::{ApprovalMode, Approver};
+    use workcell::tools::service::{Caller, ToolService};
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(tmp.path()).expect("canonical");
+    for d in ["h", "u", "p"] {
+        std::fs::create_dir_all(root.join(d)).expect("mkdir");
+    }
+    for d in ["h", "u"] {
+        std::fs::write(root.join(d).join(".profile"), PROFILE).expect("profile");
+    }
+    let pre = "approval: {write: preApproved, delete: preApproved}";
+    let config = format!(
+        "sandbox:\n  zones:\n    h: {{path: ./h, mode: rw, {pre}}}\n    u: {{path: ./u, mode: rw, {pre}, unprotect: [bin]}}\n    p: {{path: ./p, mode: rw, {pre}}}\n"
+    );
+    let project = Arc::new(Project::from_text(&config, &root.join("workcell.yaml"), &root).expect("project"));
+    let mode = ApprovalMode::ApproveAll;
+    let runner = Arc::new(BackendRunner::new(project.clone(), BackendChoice::None, mode));
+    let service = ToolService::new(
+        project.clone(),
+        Caller::default(),
+        project.sandbox.clone(),
+        Approver::new(mode, None),
+        workcell::audit::AuditLog::new(&project.dir, "test-run"),
+        runner,
+    );
+    let write = |path: &str| service.call("write_file", serde_json::json!({"path": path, "content": "touch /tmp/x\n"}));
+    for path in ["/h/.local/bin/git", "/h/bin/ls", "/h/sub/.vimrc", "/h/.tmux.conf", "/h/.aws/config", "/h/.kube/config", "/u/.local/bin/git"] {
+        let err = write(path).expect_err(path);
+        assert_eq!(err.kind(), "protected", "{path}: {err}");
+    }
+    for path in ["/h/notes.md", "/u/bin/mine", "/p/bin/ls", "/p/.local/bin/git", "/p/.tmux.conf"] {
+        write(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    }
+    assert!(!root.join("h/.local").exists() && !root.join("h/bin").exists());
+}
+
 macro_rules! backend_suite {
     ($module:ident, $backend:literal) => {
         mod $module {
@@ -193,6 +280,13 @@ macro_rules! backend_suite {
             fn existing_files_are_read_only() {
                 if support::backend_ready(BACKEND) && tools_ready() {
                     body::existing_files_are_read_only(BACKEND);
+                }
+            }
+
+            #[test]
+            fn broker_refuses_home_entries() {
+                if support::backend_ready(BACKEND) {
+                    super::broker_refuses_home_entries(BACKEND);
                 }
             }
 

@@ -196,6 +196,9 @@ impl Session {
         // The protected paths bound read-only for the worker stay out of the tool service's
         // reach too, wherever the worker moves the directories holding them.
         let sandbox = sandbox.pinning(plan.protected.iter().flat_map(|a| a.bound.iter().map(|b| (b.identity, b.entry.clone()))));
+        // A zone the walk found a home (a `--zone`, a start-up file deeper than its top): its
+        // home entries hold for the tool service's writes too.
+        let sandbox = plan.protected.iter().filter(|a| a.home.is_some()).fold(sandbox, |s, a| s.protecting_zone(&a.target, &a.protection));
         let service = Arc::new(runner.service_for(caller, sandbox, &plan.run_id));
         let audit = AuditLog::new(&spec.project.dir, &plan.run_id);
         let mut call_cap = None;

@@ -62,6 +62,16 @@ impl Sandbox {
         self
     }
 
+    /// This sandbox with `protection` in force for the files the host runs in the mount at
+    /// `mount_point` (the plan found the zone a home at launch: `crate::hostrun::home`), so
+    /// that the run's tool service refuses what the walk binds and the sweep moves aside.
+    pub fn protecting_zone(mut self, mount_point: &str, protection: &crate::hostrun::Protection) -> Sandbox {
+        if let Some(i) = self.mounts.iter().position(|m| m.mount_point == mount_point) {
+            Arc::make_mut(&mut self.mounts)[i].protection = protection.clone();
+        }
+        self
+    }
+
     /// Refuses a write or delete of `name` in the open directory `dir` when it would change a
     /// control file: `dir` is, or lies below, a control directory, or `dir` is the project
     /// directory and `name` a control entry.
