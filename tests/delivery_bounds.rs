@@ -1,7 +1,7 @@
 //! `delivery: copy` within bounds while the copy is taken, through the real `workcell`
 //! binary on bwrap and docker (issue 25 findings 6, 7, 13): a sparse 4 GiB document over
 //! `max_file_bytes` is not copied (nothing written, the host file untouched); a sparse file
-//! within the bounds is copied sparse; a 100,000-level directory chain the worker leaves in
+//! within the bounds is copied sparse, and one the worker leaves is published sparse; a 100,000-level directory chain the worker leaves in
 //! its copy does not keep the copy on disk; a zone over the entry limit is refused before the
 //! worker starts; too little free space for the copy refuses the run; a zone the worker
 //! leaves over the bounds is withheld whole, said so, and the run exits 3. Each run gets a
@@ -149,6 +149,19 @@ mod body {
         assert_eq!(p.left_behind(), Vec::<String>::new());
     }
 
+    /// A sparse file the worker leaves within the bounds is published with its holes: the
+    /// host's disk gets its data, not its length of zeros.
+    pub fn a_sparse_file_the_worker_leaves_is_published_sparse(backend: &str) {
+        let p = Proj::new("");
+        let out = p.run(backend, "cd /out && truncate -s 256M disk.img && echo tail >> disk.img");
+        assert_eq!(out.status.code(), Some(0));
+        assert_eq!(summary(&out)["added"], serde_json::json!(["disk.img"]));
+        let meta = std::fs::metadata(p.out("disk.img")).expect("published");
+        assert_eq!(meta.len(), (256 << 20) + 5);
+        assert!(meta.blocks() * 512 < 1 << 20, "the host's copy is dense: {} bytes allocated", meta.blocks() * 512);
+        assert_eq!(p.left_behind(), Vec::<String>::new());
+    }
+
     pub fn a_deep_chain_in_the_copy_leaves_nothing_behind(backend: &str) {
         let p = Proj::new("");
         // 1,000 times: a 100-level chain, the chain so far moved to its bottom (short paths
@@ -229,6 +242,7 @@ support::backend_suite!(
     [
         a_sparse_document_over_max_file_bytes_is_not_copied,
         a_sparse_file_within_the_bounds_is_copied_sparse,
+        a_sparse_file_the_worker_leaves_is_published_sparse,
         a_deep_chain_in_the_copy_leaves_nothing_behind,
         a_zone_withheld_whole_ends_the_run_with_3,
         a_zone_over_the_entry_limit_is_refused_before_start,
@@ -241,6 +255,7 @@ support::backend_suite!(
     [
         a_sparse_document_over_max_file_bytes_is_not_copied,
         a_sparse_file_within_the_bounds_is_copied_sparse,
+        a_sparse_file_the_worker_leaves_is_published_sparse,
         a_deep_chain_in_the_copy_leaves_nothing_behind,
         a_zone_withheld_whole_ends_the_run_with_3,
         a_zone_over_the_entry_limit_is_refused_before_start

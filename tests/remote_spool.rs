@@ -1,7 +1,8 @@
 //! What a remote engine's writable zone costs this host when it comes back (issue 37,
 //! findings 10 and 11): the archive is checked as it downloads, one zone at a time, and only
 //! what passes is kept, bounded by the zone's limits and by the free space of `TMPDIR`; a
-//! zone withheld whole ends the run with exit 3 and says why.
+//! zone withheld whole ends the run with exit 3 and says why; a sparse file within the bounds
+//! is staged and published with its holes.
 //!
 //! Each run has its `TMPDIR` on a 64 MiB tmpfs in a mount namespace of its own (`unshare
 //! -m`), so "the host never held it" is exact: a spool of the whole archive, as before,
@@ -128,4 +129,18 @@ fn a_zone_over_the_byte_bound_is_withheld_whole_with_exit_3() {
     assert_eq!((s["status"].as_str(), s["published"].as_bool()), (Some("withheld"), Some(false)), "{s}");
     assert!(s["withheld"].as_str().unwrap_or_default().contains("more than 4294967296 bytes"), "{s}");
     assert_eq!(r.names(), Vec::<String>::new(), "something was published");
+}
+
+/// A sparse file within the zone's bounds (1 GiB, 5 bytes of data) is staged with its holes
+/// (the 64 MiB `TMPDIR` holds it) and published with them: this host's disk gets its data.
+#[test]
+fn a_sparse_file_within_the_bounds_stays_sparse_on_this_host() {
+    use std::os::unix::fs::MetadataExt;
+    let Some(r) = rig("") else { return };
+    let out = r.run("cd /out && truncate -s 1G big.img && echo tail >> big.img");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(summary(&out)["added"], serde_json::json!(["big.img"]));
+    let meta = std::fs::metadata(r.dir.join("out/big.img")).expect("published");
+    assert_eq!(meta.len(), (1 << 30) + 5);
+    assert!(meta.blocks() * 512 < 1 << 20, "the host's copy is dense: {} bytes allocated", meta.blocks() * 512);
 }

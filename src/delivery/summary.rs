@@ -322,7 +322,7 @@ impl Summary {
         }
         if self.withheld_whole() {
             let why = crate::term::escape_lines(self.withheld.as_deref().unwrap_or(""));
-            let _ = write!(s, "\n  zone withheld whole (the worker's changes were not judged, nothing published): {why}");
+            let _ = write!(s, "\n  zone withheld whole (its changes were not judged); nothing published: {why}");
             return s;
         }
         if self.is_empty() && self.refused.is_empty() && self.conflicts.is_empty() && self.failed.is_empty() && self.declined.is_empty() {

@@ -14,7 +14,7 @@
 //! into it after the swap: it writes into a file that is no longer in the zone.
 
 use std::ffi::{CStr, CString};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::BorrowedFd;
 
 use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, Stat};
@@ -98,10 +98,12 @@ pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>,
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     )?;
-    let mut out = std::fs::File::from(fd);
+    let out = std::fs::File::from(fd);
     let result = (|| {
-        io::copy(&mut src.take(f.size), &mut out)?;
-        out.flush()?;
+        // Its data only: a staged file's holes (runs of zeros) stay holes on the host.
+        if super::sparse::copy(&src, &out, f.size)? != f.sha256 {
+            return Err(io::Error::other("the staged content changed before it was published"));
+        }
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::fchown(&out, Some(uid), Some(gid))?;
         }
