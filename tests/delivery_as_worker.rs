@@ -6,7 +6,8 @@
 //! the host keeps all three as they were, the summary names each as refused with the uid, and
 //! the run exits 3. What the worker may do lands: its own file changed, a new file in a
 //! `0777` folder (the worker's), and a root-owned `0666` file it may write (changed in place
-//! of the old one, still root's).
+//! of the old one, still root's). The same on a remote engine (`support::remote`), whose
+//! zones, copy-delivered or not, are shipped and published through the same path.
 
 mod support;
 
@@ -15,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::{give_to_worker, write_project, TEST_WORKER_UID};
+use support::remote::RemoteEngine;
+use support::{backend_ready, give_to_worker, write_project, TEST_WORKER_UID};
 
 /// Exit status of a run whose delivery held something back (docs/commands.md, "Exit statuses").
 const HELD_BACK: i32 = 3;
@@ -30,6 +32,11 @@ struct Scratch {
 impl Scratch {
     /// `None` (the test returns) when not run as root: a normal user cannot make root's files.
     fn new() -> Option<Scratch> {
+        Scratch::with_zone("z: {path: ./z, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}")
+    }
+
+    /// The same with the zone `z` declared as `zone` (YAML).
+    fn with_zone(zone: &str) -> Option<Scratch> {
         if !rustix::process::geteuid().is_root() {
             eprintln!("note: skipping: only root can make the root-owned files this test needs");
             return None;
@@ -38,8 +45,7 @@ impl Scratch {
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod tmp");
         let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
         std::fs::create_dir_all(dir.join("z")).expect("mkdir z");
-        let config = "sandbox:\n  zones:\n    z: {path: ./z, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}\n";
-        write_project(&dir, config, &[]);
+        write_project(&dir, &format!("sandbox:\n  zones:\n    {zone}\n"), &[]);
         give_to_worker(&dir);
         Some(Scratch { _tmp: tmp, dir })
     }
@@ -112,6 +118,12 @@ mod body {
 
     pub fn only_what_the_worker_may_write_is_published(backend: &str) {
         let Some(s) = Scratch::new() else { return };
+        let out = s.run(backend, &["--json"], &host_entries(&s));
+        judge(&s, &out);
+    }
+
+    /// Root's entries and the worker's own beneath the zone; the worker's script.
+    pub fn host_entries(s: &Scratch) -> String {
         s.root_owned("root.txt", Some("host\n"), 0o644);
         s.root_owned("rootdir", None, 0o755);
         s.root_owned("rootdir/inside.txt", Some("inside\n"), 0o644);
@@ -119,12 +131,13 @@ mod body {
         s.root_owned("open", None, 0o777);
         std::fs::write(s.z("mine.txt"), "mine\n").expect("write");
         give_to_worker(&s.z("mine.txt"));
-        let out = s.run(
-            backend,
-            &["--json"],
-            "cd /z && echo worker > root.txt && echo planted > rootdir/new.txt && rm rootdir/inside.txt && echo worker > rootdir/shared.txt \
-             && echo ok > open/w.txt && echo worker > mine.txt",
-        );
+        "cd /z && echo worker > root.txt && echo planted > rootdir/new.txt && rm rootdir/inside.txt && echo worker > rootdir/shared.txt \
+         && echo ok > open/w.txt && echo worker > mine.txt"
+            .into()
+    }
+
+    /// After the run of [`host_entries`]' script: the host as it must be, and the summary.
+    pub fn judge(s: &Scratch, out: &Output) {
         // Everything the worker's own user may not do on the host stayed as the host had it.
         assert_eq!(state(&s.z("root.txt")), ("host\n".into(), 0, 0, 0o644), "a root-owned 0644 file was overwritten");
         assert!(!s.z("rootdir/new.txt").exists(), "a file was created in a root-owned 0755 folder");
@@ -134,7 +147,7 @@ mod body {
         assert_eq!(std::fs::read_to_string(s.z("mine.txt")).expect("read"), "worker\n");
         assert_eq!(state(&s.z("open/w.txt")), ("ok\n".into(), TEST_WORKER_UID, TEST_WORKER_UID, 0o644));
         assert_eq!(state(&s.z("rootdir/shared.txt")), ("worker\n".into(), 0, 0, 0o666));
-        let sum = summary(&out);
+        let sum = summary(out);
         assert_eq!(refused_as_worker(&sum), [("root.txt".into(), 1000), ("rootdir/inside.txt".into(), 1000), ("rootdir/new.txt".into(), 1000)], "{sum}");
         assert_eq!(paths(&sum["changed"]), ["mine.txt", "rootdir/shared.txt"], "{sum}");
         assert_eq!(paths(&sum["added"]), ["open/w.txt"], "{sum}");
@@ -166,3 +179,28 @@ mod body {
 
 support::backend_suite!(bwrap, "bwrap", [only_what_the_worker_may_write_is_published, a_deletion_the_worker_may_not_make_is_refused]);
 support::backend_suite!(docker, "docker", [only_what_the_worker_may_write_is_published, a_deletion_the_worker_may_not_make_is_refused]);
+
+/// A remote engine's zones come back through the same publish: a plain `rw` zone (shipped as
+/// a copy) and a copy-delivered one.
+#[test]
+fn remote_zones_publish_only_what_the_worker_may_write() {
+    if !backend_ready("remote") {
+        return;
+    }
+    let engine = RemoteEngine::start();
+    for zone in [
+        "z: {path: ./z, mode: rw, approval: {write: preApproved, delete: preApproved}}",
+        "z: {path: ./z, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}",
+    ] {
+        let Some(s) = Scratch::with_zone(zone) else { return };
+        let script = body::host_entries(&s);
+        let out = engine
+            .workcell(&s.dir)
+            .args(["run", "--backend", "docker", "--image", engine.busybox(), "--json", "--", "/bin/sh", "-c", &script])
+            .output()
+            .expect("workcell");
+        eprintln!("{zone}: exit {:?}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+        engine.assert_nothing_left();
+        body::judge(&s, &out);
+    }
+}
