@@ -20,9 +20,9 @@ pub const LABEL_PROJECT: &str = "dev.workcell.project";
 
 /// The run-time state directory; see [`RUN_TMPFS`].
 pub const RUN_DIR: &str = "/run";
-/// What `/run` is in every container: empty, read-only, root's 0755, bounded. The worker
-/// (never root) could not write to a root-owned 0755 directory anyway; read-only also holds
-/// for whatever the runtime or an image would put there.
+/// What `/run` is in every container: empty, read-only, root's, bounded. Read-only, not only
+/// 0755: the runtime gives a tmpfs at an existing directory that directory's mode (an image's
+/// 1777 `/run` stays 1777), so the mode alone would not keep the worker out.
 pub const RUN_TMPFS: &str = "ro,nosuid,nodev,noexec,mode=0755,size=64k";
 /// The size of `/dev/shm`, the same on every engine.
 const SHM_BYTES: i64 = 64 << 20;
@@ -100,7 +100,7 @@ pub fn render(plan: &LaunchPlan, image: &str, init: &Init) -> DockerSettings {
         // scratch area is data on both engines.
         .map(|t| (t.target.clone(), format!("rw,nosuid,nodev,noexec,size={},mode=1777", t.size_bytes)))
         .collect();
-    // /run is a read-only empty tmpfs of its own, root's 0755, on every engine: Docker leaves
+    // /run is a read-only empty tmpfs of its own on every engine: Docker leaves
     // the image's /run on the read-only root, but Podman mounts a writable tmpfs there (its
     // `--read-only-tmpfs`, which the compatible API cannot turn off), world-writable and
     // unbounded when the image has no /run. The binds beneath it (the broker's directory,
