@@ -122,7 +122,7 @@ mod tests {
     #[test]
     fn hard_links_count_once_and_names_are_still_bounded() {
         let mut t = Tally { max_entries: 10, ..Tally::default() };
-        for _ in 0..39 {
+        for _ in 0..40 {
             t.count(1, 7, false).unwrap();
         }
         assert_eq!(t.entries, 1);
