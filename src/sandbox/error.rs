@@ -97,6 +97,28 @@ pub enum SandboxError {
         "Cannot {op} '{path}': it is '{physical}' in {zone}, protected by the entry '{entry}'. Files like it are run by the person's own tools on the host, outside the sandbox (git runs hooks and config, direnv runs .envrc, editors run their task files, shells their start-up files), so workers may not write or delete them; reading them is allowed. Only the person can allow it: `unprotect: ['{entry}']` on {zone} in workcell.yaml (their choice, not the worker's)."
     )]
     HostRuns { op: &'static str, path: String, physical: String, entry: String, zone: String },
+    /// The write would add the piece (`HEAD`, `objects`, `commondir`) that makes a plain
+    /// directory a git directory while it holds what git runs (`sandbox::gitmaker`).
+    #[error(
+        "Cannot {} '{}': it would make '{}' a git repository (its '{}' with what is there already), whose '{}' the person's own git reads and runs on the host, outside the sandbox, on the next `git status` there; files like it in a git directory are protected by the entry '{}'. Workers may not assemble a repository around a config or hooks: keep these files in a directory git does not take for a repository, or leave out the config and hooks. Only the person can allow it: `unprotect: ['{}']` on {} in workcell.yaml (their choice, not the worker's).",
+        .0.op, .0.path, .0.dir, .0.piece, .0.inside, .0.entry, .0.entry, .0.zone
+    )]
+    CompletesGitDir(Box<GitPiece>),
+}
+
+/// A refused piece of a git directory ([`SandboxError::CompletesGitDir`]): `path` as asked,
+/// `dir` the directory it would make a repository, `piece` what it adds there (`HEAD`,
+/// `objects`, `commondir`), `inside` what git would then run from it (`config`, `hooks`, …),
+/// `entry` the protected entry that covers that, `zone` where a person turns it off.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitPiece {
+    pub op: &'static str,
+    pub path: String,
+    pub dir: String,
+    pub piece: &'static str,
+    pub inside: &'static str,
+    pub entry: String,
+    pub zone: String,
 }
 
 impl SandboxError {
@@ -118,7 +140,7 @@ impl SandboxError {
             SandboxError::PermissionDenied { .. } => "permission_denied",
             SandboxError::Protected { .. } => "not_writable",
             SandboxError::UnsafeZone(_) => "unsafe_zone",
-            SandboxError::HostRuns { .. } => "protected",
+            SandboxError::HostRuns { .. } | SandboxError::CompletesGitDir(_) => "protected",
         }
     }
 }

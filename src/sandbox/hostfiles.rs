@@ -264,13 +264,16 @@ impl Sandbox {
     /// asked and before any directory is created.
     pub(super) fn refuse_hostrun_path(&self, area: &Area, vp: &VirtualPath, op: &'static str, shown: &str) -> Result<(), SandboxError> {
         let inner = &vp.rel[area.key.prefix.len()..];
-        let Some((_, parent)) = inner.split_last() else { return Ok(()) };
+        let Some((name, parent)) = inner.split_last() else { return Ok(()) };
         let mut existing = 0;
         while existing < parent.len() && area.dir.open_dir(super::io::rel_path(&parent[..=existing])).is_ok() {
             existing += 1;
         }
         let base = area.dir.open_dir(super::io::rel_path(&parent[..existing])).map_err(|e| self.io_error(op, shown, &e))?;
-        self.refuse_hostrun(vp, &base, area.key.prefix.len() + existing, op, shown)
+        let depth = area.key.prefix.len() + existing;
+        self.refuse_hostrun(vp, &base, depth, op, shown)?;
+        // The first entry the write would add to `base`: a piece of a git directory, maybe.
+        self.refuse_git_piece(vp, &base, depth, parent.get(existing).unwrap_or(name), op, shown).map(drop)
     }
 
     /// Refuses a write to `path` that would land on a file the host runs (see

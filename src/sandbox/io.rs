@@ -229,6 +229,9 @@ impl Sandbox {
             return Err(SandboxError::WrongKind { op, path: show(shown), found: "directory", expected: "file" });
         };
         let parent_rel = rel_path(parent);
+        // The deepest directory that existed, held, with the piece of a git directory the
+        // directories made in it may be (`objects/`): judged again once they are there.
+        let mut made_in = None;
         if create && !parent.is_empty() {
             // Nothing is created inside a control directory, nor one of their names in the
             // project: judged on the deepest directory that exists already.
@@ -241,6 +244,9 @@ impl Sandbox {
                 self.refuse_control(&base, &parent[existing], shown)?;
                 // Nor a directory on the way to a file the host runs (`.vscode/`, `sub/.git/`).
                 self.refuse_hostrun(vp, &base, area.key.prefix.len() + existing, op, shown)?;
+                // Nor the directory that would make `base` a repository (`objects/`).
+                let piece = self.refuse_git_piece(vp, &base, area.key.prefix.len() + existing, &parent[existing], op, shown)?;
+                made_in = Some((base, piece));
             }
             if let Err(e) = area.dir.create_dir_all(&parent_rel) {
                 // "Already exists" means something that is not a directory beneath the
@@ -250,6 +256,9 @@ impl Sandbox {
                 if e.kind() != io::ErrorKind::AlreadyExists {
                     return Err(self.io_error(op, shown, &e));
                 }
+            }
+            if let Some((base, piece)) = made_in {
+                self.recheck_git_piece(vp, &base, piece, op, shown)?;
             }
         }
         let dir = area.dir.open_dir(&parent_rel).map_err(|e| self.io_error(op, shown, &e))?;
@@ -288,7 +297,10 @@ impl Sandbox {
         }
         // Judged on the directory actually opened, wherever it really is in the zone.
         self.refuse_hostrun(&vp, &dir, vp.rel.len() - 1, "write", path)?;
-        write_atomic(&dir, &name, content).map_err(|e| self.io_error("write", path, &e))
+        // Judged as the directory will be with the file in it, and again once it is.
+        let piece = self.refuse_git_piece(&vp, &dir, vp.rel.len() - 1, &name, "write", path)?;
+        write_atomic(&dir, &name, content).map_err(|e| self.io_error("write", path, &e))?;
+        self.recheck_git_piece(&vp, &dir, piece, "write", path)
     }
 
     /// The file's text, when `old` occurs in it exactly once (so an edit can happen); the
