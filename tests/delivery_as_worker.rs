@@ -6,7 +6,7 @@
 //! the host keeps all three as they were, the summary names each as refused with the uid, and
 //! the run exits 3. What the worker may do lands: its own file changed, a new file in a
 //! `0777` folder (the worker's), and a root-owned `0666` file it may write (changed in place
-//! of the old one, still root's). The same on a remote engine (`support::remote`), whose
+//! of the old one, still root's) and a read-only file of its own. The same on a remote engine (`support::remote`), whose
 //! zones, copy-delivered or not, are shipped and published through the same path.
 
 mod support;
@@ -131,7 +131,11 @@ mod body {
         s.root_owned("open", None, 0o777);
         std::fs::write(s.z("mine.txt"), "mine\n").expect("write");
         give_to_worker(&s.z("mine.txt"));
-        "cd /z && echo worker > root.txt && echo planted > rootdir/new.txt && rm rootdir/inside.txt && echo worker > rootdir/shared.txt \
+        // Read-only, but the worker's: it may make it writable, so it may change it.
+        std::fs::write(s.z("mine-ro.txt"), "mine\n").expect("write");
+        give_to_worker(&s.z("mine-ro.txt"));
+        std::fs::set_permissions(s.z("mine-ro.txt"), std::fs::Permissions::from_mode(0o444)).expect("chmod");
+        "cd /z && rm -f mine-ro.txt && echo worker > mine-ro.txt && echo worker > root.txt && echo planted > rootdir/new.txt && rm rootdir/inside.txt && echo worker > rootdir/shared.txt \
          && echo ok > open/w.txt && echo worker > mine.txt"
             .into()
     }
@@ -145,11 +149,12 @@ mod body {
         // What it may do landed: its own file, a new file in a 0777 folder (its own, as in a
         // bind zone), and a root-owned 0666 file it may write (still root's, same mode).
         assert_eq!(std::fs::read_to_string(s.z("mine.txt")).expect("read"), "worker\n");
+        assert_eq!(state(&s.z("mine-ro.txt")), ("worker\n".into(), TEST_WORKER_UID, TEST_WORKER_UID, 0o444));
         assert_eq!(state(&s.z("open/w.txt")), ("ok\n".into(), TEST_WORKER_UID, TEST_WORKER_UID, 0o644));
         assert_eq!(state(&s.z("rootdir/shared.txt")), ("worker\n".into(), 0, 0, 0o666));
         let sum = summary(out);
         assert_eq!(refused_as_worker(&sum), [("root.txt".into(), 1000), ("rootdir/inside.txt".into(), 1000), ("rootdir/new.txt".into(), 1000)], "{sum}");
-        assert_eq!(paths(&sum["changed"]), ["mine.txt", "rootdir/shared.txt"], "{sum}");
+        assert_eq!(paths(&sum["changed"]), ["mine-ro.txt", "mine.txt", "rootdir/shared.txt"], "{sum}");
         assert_eq!(paths(&sum["added"]), ["open/w.txt"], "{sum}");
         assert_eq!(out.status.code(), Some(HELD_BACK), "a refused change is held back: exit 3");
     }

@@ -11,7 +11,8 @@
 //!   in a bind zone);
 //! - a deletion (renamed aside, judged, unlinked) and a directory's removal are the worker's;
 //! - a changed file is asked of the kernel as the worker (`faccessat2(AT_EACCESS)` on a
-//!   handle of that very file, opened beneath the directory handle the worker opened) and
+//!   handle of that very file, opened beneath the directory handle the worker opened; a file
+//!   the worker owns it may always make writable, so that one is not asked) and
 //!   then swapped in by workcell on the same directory handle, so that it keeps its owner and
 //!   mode (the worker may write a file it may not replace by rename). The swap replaces only
 //!   the file that was asked about: its inode, size, times and change time are compared again
@@ -44,27 +45,38 @@ fn moved(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP))
 }
 
-/// Whether the calling thread's user may write the file `name` beneath `dir`, asked of the
-/// kernel on a handle of it: `Ok(false)` when it is no longer the file `seen` describes.
+/// Whether user `uid` (the calling thread's) may write the file `name` beneath `dir`, asked
+/// of the kernel on a handle of it: `Ok(false)` when it is no longer the file `seen`
+/// describes. Its owner may: it could make the file writable (`chmod`), as in a bind zone.
 #[cfg(target_os = "linux")]
-fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen) -> io::Result<bool> {
+fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32) -> io::Result<bool> {
     use rustix::fs::{Mode, OFlags};
     // O_PATH: a handle for the question, no open for writing (which would break leases and
     // tell a watcher the file was written).
     let fd = rustix::fs::openat(dir, name.as_c_str(), OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-    if !seen.same(&rustix::fs::fstat(&fd)?) {
+    let st = rustix::fs::fstat(&fd)?;
+    if !seen.same(&st) {
         return Ok(false);
     }
-    crate::plan::access::access_fd(fd.as_fd(), libc::W_OK)?;
+    if st.st_uid != uid {
+        crate::plan::access::access_fd(fd.as_fd(), libc::W_OK)?;
+    }
     Ok(true)
 }
 
 /// Elsewhere (macOS) workcell is the worker's user: opening the file for writing asks.
 #[cfg(not(target_os = "linux"))]
-fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen) -> io::Result<bool> {
+fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32) -> io::Result<bool> {
     use rustix::fs::{Mode, OFlags};
-    let fd = rustix::fs::openat(dir, name.as_c_str(), OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;
-    Ok(seen.same(&rustix::fs::fstat(&fd)?))
+    let st = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
+    if !seen.same(&st) {
+        return Ok(false);
+    }
+    if st.st_uid != uid {
+        let fd = rustix::fs::openat(dir, name.as_c_str(), OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;
+        return Ok(seen.same(&rustix::fs::fstat(&fd)?));
+    }
+    Ok(true)
 }
 
 /// Whether user `uid` (the calling thread's) may remove `name` from `dir`: the directory
@@ -167,7 +179,7 @@ impl Changes {
                     Some(seen) => match hands.run(move || -> io::Result<_> {
                         let dir = parent(zone, path, true)?;
                         let name = cname(&path[path.len() - 1])?;
-                        Ok(may_write(dir.as_fd(), &name, seen)?.then_some((dir, name)))
+                        Ok(may_write(dir.as_fd(), &name, seen, uid)?.then_some((dir, name)))
                     })? {
                         Ok(Some((dir, name))) => swap::write(dir.as_fd(), &name, f, Some(seen), src),
                         Ok(None) => Ok(Outcome::Conflict),
