@@ -166,7 +166,7 @@ fn text_summary_names_withheld_files() {
 /// A user's entries, with capitals and a wildcard, and the entries in another case: what the
 /// worker makes under them in its copy is withheld, by the entry that covers it. A protected
 /// manifest's family too (issue 37): `GNUmakefile`, which make reads before the protected
-/// `Makefile`, and `web/.npmrc` beside a protected `web/package.json`.
+/// `Makefile`, and `web/.npmrc` with a protected `web/package.json` (the npm family holds at any depth).
 fn user_entries_in_any_case_are_withheld(backend: &str) {
     if !support::backend_ready(backend) {
         return;
@@ -195,13 +195,9 @@ fn user_entries_in_any_case_are_withheld(backend: &str) {
     let line = err.lines().find(|l| l.starts_with("{\"delivery\"")).unwrap_or_else(|| panic!("no delivery summary in: {err}"));
     let summary = serde_json::from_str::<Value>(line).expect("json")["delivery"].clone();
     let refused = summary["refused"].as_array().expect("refused");
-    for (path, entry) in [
-        ("MAKEFILE", "Makefile"),
-        ("x/Build/run.SH", "build/*.sh"),
-        (".GIT/Hooks/", ".git/hooks"),
-        ("GNUmakefile", "GNUmakefile"),
-        ("web/.npmrc", "web/.npmrc"),
-    ] {
+    for (path, entry) in
+        [("MAKEFILE", "Makefile"), ("x/Build/run.SH", "build/*.sh"), (".GIT/Hooks/", ".git/hooks"), ("GNUmakefile", "GNUmakefile"), ("web/.npmrc", ".npmrc")]
+    {
         let r = refused.iter().find(|r| r["path"] == path).unwrap_or_else(|| panic!("{path} not named in {summary}"));
         assert_eq!(r["entry"].as_str(), Some(entry), "{r}");
         assert!(!proj.join("out").join(path).exists(), "{path} published");

@@ -20,6 +20,11 @@ pub enum Scope {
     /// When the person protects one of these manifests (`protect: [Makefile]`): the row's
     /// paths are what changes how that manifest's commands run, beside it.
     Family(&'static [&'static str]),
+    /// Like [`Scope::Family`], for a tool that reads its paths in the manifest's folder *and
+    /// every folder above it* (yarn merges each `.yarnrc.yml` up to `/`; a workspace's
+    /// `.npmrc`, `.pnpmfile.cjs` and lock file lie in its root): protected at any depth, so a
+    /// worker's file one folder up is covered too.
+    FamilyAbove(&'static [&'static str]),
     /// Only where a zone is a home directory (start-up files, `PATH` folders, command-line
     /// tools' own configuration).
     Home,
@@ -203,30 +208,149 @@ pub const TOOLS: &[Tool] = &[
         runs: "`script-shell=` runs every script, `node-options=--require`; the lock file names the tarball whose install scripts `npm ci` runs",
         paths: &[".npmrc", "package-lock.json", "npm-shrinkwrap.json"],
         trigger: "`npm test`, `npm run`, `npm ci`",
-        scope: Scope::Family(PACKAGE),
+        scope: Scope::FamilyAbove(PACKAGE),
     },
     Tool {
         tool: "yarn",
         runs: "`yarnPath` / `yarn-path`: a JavaScript file instead of yarn itself; plugins; the PnP loader every script requires",
         paths: &[".yarnrc", ".yarnrc.yml", ".yarn/releases", ".yarn/plugins", ".pnp.cjs", ".pnp.loader.mjs", "yarn.lock"],
         trigger: "any `yarn` command",
-        scope: Scope::Family(PACKAGE),
+        scope: Scope::FamilyAbove(PACKAGE),
     },
     Tool {
         tool: "pnpm",
         runs: "`.pnpmfile.cjs` hooks; settings of `pnpm-workspace.yaml` (a pnpmfile elsewhere)",
         paths: &[".pnpmfile.cjs", "pnpm-workspace.yaml", "pnpm-lock.yaml"],
         trigger: "`pnpm install`",
-        scope: Scope::Family(PACKAGE),
+        scope: Scope::FamilyAbove(PACKAGE),
     },
     Tool {
         tool: "bun",
         runs: "`preload` scripts of `bunfig.toml`",
         paths: &["bunfig.toml", "bun.lock", "bun.lockb"],
         trigger: "`bun run`, `bun test`",
-        scope: Scope::Family(PACKAGE),
+        scope: Scope::FamilyAbove(PACKAGE),
     },
-    // Rows that matter only in a home directory (`Scope::Home`) go here.
+    // Rows that matter only in a home directory (`Scope::Home`, `super::home`).
+    Tool {
+        tool: "login shells' `PATH`",
+        runs: "programs in the folders the stock `~/.profile` (Debian, Ubuntu) and `~/.bashrc` (Fedora) put first on `PATH` when they exist, and the one `go install` fills",
+        paths: &["bin", ".local/bin", "go/bin"],
+        trigger: "any command in a new login shell (`git`, `ls`)",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "rustup (home)",
+        runs: "`~/.cargo/env`, sourced by the start-up files rustup edits, puts `~/.cargo/bin` first on `PATH`",
+        paths: &[".cargo/bin", ".cargo/env", ".cargo/env.fish"],
+        trigger: "a new shell, then `cargo`, `rustc`",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "nvm",
+        runs: "`nvm.sh`, sourced by the line nvm adds to `~/.bashrc`",
+        paths: &[".nvm/nvm.sh"],
+        trigger: "a new shell",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "bash-completion",
+        runs: "`~/.bash_completion` in every interactive bash; a command's completion file on its first Tab",
+        paths: &[".bash_completion", ".local/share/bash-completion"],
+        trigger: "a new shell, Tab",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "ksh, mksh, csh, tcsh",
+        runs: "their start-up files",
+        paths: &[".kshrc", ".mkshrc", ".cshrc", ".tcshrc", ".login"],
+        trigger: "a new shell of theirs",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "readline",
+        runs: "a key bound to a macro types the worker's command line",
+        paths: &[".inputrc"],
+        trigger: "a key in bash, python, psql",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "vim, neovim (home)",
+        runs: "`~/.vim/vimrc`, every `plugin/` script, neovim's `init.lua` and packages, gvim's `.gvimrc`",
+        paths: &[".vim", ".gvimrc", ".config/vim", ".config/nvim", ".local/share/nvim/site"],
+        trigger: "`vim`, `nvim` anywhere",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "emacs",
+        runs: "its init file",
+        paths: &[".emacs", ".emacs.d", ".config/emacs"],
+        trigger: "`emacs` anywhere",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "tmux",
+        runs: "`run-shell`, `if-shell` of its configuration",
+        paths: &[".tmux.conf", ".config/tmux"],
+        trigger: "`tmux` (a new server)",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "GNU screen",
+        runs: "`exec` and `screen cmd` of `.screenrc`",
+        paths: &[".screenrc"],
+        trigger: "`screen`",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "aws CLI",
+        runs: "`credential_process` of `config`",
+        paths: &[".aws"],
+        trigger: "any `aws` command, an SDK's first call",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "kubectl",
+        runs: "a kube config's `exec` credential plugin",
+        paths: &[".kube"],
+        trigger: "any `kubectl` command",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "docker CLI",
+        runs: "the credential helper `config.json` names; plugins in `cli-plugins/`",
+        paths: &[".docker"],
+        trigger: "`docker pull`, `docker compose`, `docker buildx`",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "gpg",
+        runs: "`pinentry-program` of `gpg-agent.conf`; the keyrings decide whom it trusts",
+        paths: &[".gnupg"],
+        trigger: "a signed `git commit`, `gpg --verify`",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "npm, yarn (home)",
+        runs: "`script-shell`, `node-options` of the user's `.npmrc`; `yarnPath` of the user's `.yarnrc.yml`",
+        paths: &[".npmrc", ".yarnrc.yml", ".yarnrc"],
+        trigger: "`npm test`, any `yarn` command, in every project",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "direnv (home)",
+        runs: "`direnvrc`, sourced before every `.envrc`",
+        paths: &[".config/direnv", ".direnvrc"],
+        trigger: "`cd` into any folder with an allowed `.envrc`",
+        scope: Scope::Home,
+    },
+    Tool {
+        tool: "login and desktop session",
+        runs: "autostart entries' `Exec`, enabled user units, variables (`LD_PRELOAD`, `PATH`) of `environment.d` and `.pam_environment`, X session scripts, KDE's `env/`",
+        paths: &[".config/autostart", ".config/systemd/user", ".config/environment.d", ".pam_environment", ".xprofile", ".xinitrc", ".xsession", ".xsessionrc", ".config/plasma-workspace"],
+        trigger: "logging in",
+        scope: Scope::Home,
+    },
 ];
 
 /// The default entries: every path of the [`Scope::Always`] rows, alternatives expanded, in
@@ -247,8 +371,8 @@ pub struct FamilyEntry {
 }
 
 /// The paths that protecting `entry` brings in: for each [`Scope::Family`] row one of whose
-/// manifests is `entry`'s last name, the row's paths in `entry`'s folder (the manifest
-/// itself left out).
+/// manifests is `entry`'s last name, the row's paths in `entry`'s folder; for each
+/// [`Scope::FamilyAbove`] row, its paths at any depth (the manifest itself left out).
 pub fn family(entry: &str) -> Vec<FamilyEntry> {
     let (folder, name) = match entry.rsplit_once('/') {
         Some((folder, name)) => (format!("{folder}/"), name),
@@ -256,7 +380,11 @@ pub fn family(entry: &str) -> Vec<FamilyEntry> {
     };
     let mut out: Vec<FamilyEntry> = Vec::new();
     for t in TOOLS {
-        let Scope::Family(manifests) = t.scope else { continue };
+        let (manifests, folder) = match t.scope {
+            Scope::Family(manifests) => (manifests, folder.as_str()),
+            Scope::FamilyAbove(manifests) => (manifests, ""),
+            Scope::Always | Scope::Home => continue,
+        };
         if !manifests.contains(&name) {
             continue;
         }
@@ -297,7 +425,9 @@ mod tests {
         assert_eq!(names("Makefile"), ["GNUmakefile", "makefile"]);
         assert_eq!(names("sub/makefile"), ["sub/GNUmakefile", "sub/Makefile"]);
         assert!(names("package.json").contains(&".npmrc".to_string()));
-        assert!(names("web/package.json").contains(&"web/.yarnrc.yml".to_string()));
+        // yarn reads `.yarnrc.yml` in every folder above too: at any depth, not only `web/`.
+        assert!(names("web/package.json").contains(&".yarnrc.yml".to_string()));
+        assert!(!names("web/package.json").iter().any(|n| n.starts_with("web/")));
         assert!(names("Makefile.am").is_empty() && names(".github/workflows").is_empty());
         assert_eq!(family("package.json")[0].tool, "npm");
     }
@@ -306,7 +436,7 @@ mod tests {
     #[test]
     fn no_path_is_both_default_and_family() {
         let d = defaults();
-        for t in TOOLS.iter().filter(|t| matches!(t.scope, Scope::Family(_))) {
+        for t in TOOLS.iter().filter(|t| matches!(t.scope, Scope::Family(_) | Scope::FamilyAbove(_))) {
             for p in t.paths.iter().flat_map(|p| expand(p)) {
                 assert!(!d.contains(&p), "{p} of {} is a default too", t.tool);
             }
@@ -333,6 +463,7 @@ mod tests {
             let scope = match t.scope {
                 Scope::Always => "default",
                 Scope::Family(_) => "with ",
+                Scope::FamilyAbove(_) => "with ",
                 Scope::Home => "home",
             };
             assert!(cells[4].starts_with(scope), "the docs' row for {} says {}, not {scope}", t.tool, cells[4]);
