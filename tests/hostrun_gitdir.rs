@@ -164,6 +164,13 @@ fn the_completing_write_is_refused_in_words() {
     let err = service.call("write_file", json!({"path": "/out/w/commondir", "content": "..\n"})).expect_err("commondir completes it");
     assert_eq!(err.kind(), "protected", "{err}");
     assert!(!z.out.join("w/commondir").exists());
+    // Hooks count as config does: the piece that would make their directory a repository
+    // is refused, naming them.
+    service.call("write_file", json!({"path": "/out/h/hooks/pre-commit", "content": "#!/bin/sh\nexit 0\n"})).expect("hooks of no repository");
+    service.call("write_file", json!({"path": "/out/h/HEAD", "content": "ref: refs/heads/main\n"})).expect("HEAD");
+    let err = service.call("write_file", json!({"path": "/out/h/objects/pack/keep", "content": ""})).expect_err("objects completes it");
+    assert!(err.kind() == "protected" && err.to_string().contains("'hooks'"), "{err}");
+    assert!(!z.out.join("h/objects").exists(), "the directories the refused write made are gone");
     // An ordinary file in a directory that has some pieces stays writable.
     service.call("write_file", json!({"path": "/out/w/notes.md", "content": "fine"})).expect("ordinary file");
 }

@@ -100,7 +100,7 @@ pub enum SandboxError {
     /// The write would add the piece (`HEAD`, `objects`, `commondir`) that makes a plain
     /// directory a git directory while it holds what git runs (`sandbox::gitmaker`).
     #[error(
-        "Cannot {} '{}': it would make '{}' a git repository (its '{}' with what is there already), whose '{}' the person's own git reads and runs on the host, outside the sandbox, on the next `git status` there; files like it in a git directory are protected by the entry '{}'. Workers may not assemble a repository around a config or hooks: keep these files in a directory git does not take for a repository, or leave out the config and hooks. Only the person can allow it: `unprotect: ['{}']` on {} in workcell.yaml (their choice, not the worker's).",
+        "Cannot {} '{}': it would make '{}' a git repository (its '{}' with what is there already), whose '{}' the person's own git then reads and runs on the host, outside the sandbox (a `git status` there runs its config's commands, a `git commit` its hooks); files like it in a git directory are protected by the entry '{}'. Workers may not assemble a repository around a config or hooks: keep these files in a directory git does not take for a repository, or leave out the config and hooks. Only the person can allow it: `unprotect: ['{}']` on {} in workcell.yaml (their choice, not the worker's).",
         .0.op, .0.path, .0.dir, .0.piece, .0.inside, .0.entry, .0.entry, .0.zone
     )]
     CompletesGitDir(Box<GitPiece>),
