@@ -187,6 +187,33 @@ mod body {
         c.undo_and_make();
     }
 
+    /// A linked worktree in the zone (`git worktree add`): the worker commits onto its branch
+    /// through the worktree's own git directory; that branch and index are set back.
+    pub fn a_linked_worktree_is_checked(backend: &str) {
+        let c = Checkout::new();
+        let wt = c.repo.join("wt");
+        git(&c.repo, &["worktree", "add", "-q", "-b", "side", &wt.display().to_string()]);
+        let old = git(&c.repo, &["rev-parse", "side"]);
+        // Its `.git` file names the host's path: the worker names the directories itself.
+        let script = format!(
+            "export GIT_DIR=/data/.git/worktrees/wt GIT_WORK_TREE=/data/wt && {}",
+            stage_plant(&c.marker).replacen("cd /data", "cd /data/wt", 1)
+                + "C=$(git commit-tree $(git write-tree) -p HEAD -m build) && git update-ref refs/heads/side $C && git read-tree $C && echo PLANTED"
+        );
+        let out = c.run(backend, &script);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("PLANTED"), "the worker's plumbing failed");
+        assert_eq!(git(&c.repo, &["rev-parse", "side"]), old, "the worktree's branch still carries the worker's commit");
+        assert_eq!(git(&wt, &["diff", "--cached", "--name-only"]), "", "the worktree's index still holds the worker's entries");
+        assert_eq!(c.quarantined().len(), 1);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("a linked worktree of"));
+        assert_eq!(out.status.code(), Some(3));
+        for undo in [&["git", "checkout", "-q", "."][..], &["git", "reset", "-q", "--hard"]] {
+            let _ = as_person(&wt, undo);
+            let _ = as_person(&wt, &["make"]);
+            assert!(!c.marker.exists(), "`{}` then `make` in the worktree ran the worker's recipe", undo.join(" "));
+        }
+    }
+
     /// An ordinary commit (and a staged ordinary file) stays: exit 0, nothing said.
     pub fn ordinary_commits_stay(backend: &str) {
         let c = Checkout::new();
@@ -205,10 +232,10 @@ mod body {
 support::backend_suite!(
     bwrap,
     "bwrap",
-    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked]
+    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked, a_linked_worktree_is_checked]
 );
 support::backend_suite!(
     docker,
     "docker",
-    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked]
+    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked, a_linked_worktree_is_checked]
 );

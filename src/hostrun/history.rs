@@ -33,8 +33,10 @@
 //!
 //! Other branches (new ones, or the person's others) are not judged: a branch is the person's
 //! to review before checking it out, and the report says so. A repository nested in the zone
-//! is watched like its root, up to [`MAX_REPOS`]; a git directory outside any writable zone is
-//! out of the worker's reach.
+//! is watched like its root, and a linked worktree (`.git/worktrees/NAME`, found by its bound
+//! `commondir`) with its own `HEAD` and index, up to [`MAX_REPOS`]; a git directory outside any
+//! writable zone is out of the worker's reach. A `--separate-git-dir` repository and
+//! submodules (`.git/modules/`) are not watched.
 
 pub mod git;
 
@@ -79,9 +81,14 @@ struct Looks {
 struct Watched {
     target: String,
     host: Option<String>,
-    /// The work tree relative to the zone (`""` for the zone itself).
+    /// The work tree relative to the zone (`""` for the zone itself; a linked worktree's
+    /// repository's, whose protection matches at any depth alike).
     at: String,
+    /// How the report names it.
+    label: String,
     repo: Repo,
+    /// Where its branches are: the git directory itself, or a linked worktree's repository.
+    refs: Arc<OwnedFd>,
     protection: Protection,
     looks: Looks,
     /// The branch `HEAD` named at launch (`refs/heads/…`), when it named one.
@@ -159,26 +166,46 @@ impl Watch {
             let Some(held) = &area.held else { continue };
             let host = held.current_path().map(|p| p.to_string_lossy().into_owned());
             for b in &area.bound {
-                let at = if b.path == ".git/config" {
-                    ""
-                } else if let Some(at) = b.path.strip_suffix("/.git/config") {
-                    at
+                // A repository by its config; a linked worktree by its `commondir` (its own
+                // `HEAD` and index, the refs of the repository it belongs to).
+                let (at, git, common) = if let Some(at) = b.path.strip_suffix(".git/config").filter(|a| a.is_empty() || a.ends_with('/')) {
+                    (at.trim_end_matches('/'), format!("{at}.git"), None)
+                } else if let Some(wt) = b.path.strip_suffix("/commondir").filter(|w| w.contains(".git/worktrees/")) {
+                    let at = wt.split(".git/worktrees/").next().unwrap_or_default();
+                    (at.trim_end_matches('/'), wt.to_string(), Some(format!("{at}.git")))
                 } else {
                     continue;
                 };
                 if repos.len() >= MAX_REPOS {
                     break;
                 }
-                let Some(dir) = open_dir(held.0.as_fd(), &format!("{at}{}.git", if at.is_empty() { "" } else { "/" })) else { continue };
+                let Some(dir) = open_dir(held.0.as_fd(), &git) else { continue };
+                let refs = match &common {
+                    Some(c) => match open_dir(held.0.as_fd(), c) {
+                        Some(fd) => Arc::new(fd),
+                        None => continue,
+                    },
+                    None => Arc::new(match rustix::io::fcntl_dupfd_cloexec(&dir, 0) {
+                        Ok(fd) => fd,
+                        Err(_) => continue,
+                    }),
+                };
                 let repo = Repo::new(Arc::new(dir));
-                let looks = Looks::read(repo.dir().as_fd());
+                let looks = Looks::read(repo.dir().as_fd(), refs.as_fd());
                 let branch = looks.head.as_deref().and_then(symbolic);
-                let tip = launch_tip(&repo, &looks, branch.as_deref());
+                let tip = launch_tip(&repo, refs.as_fd(), &looks, branch.as_deref());
+                let label = match &common {
+                    Some(_) => format!("{} (a linked worktree of {})", git.rsplit('/').next().unwrap_or_default(), if at.is_empty() { "." } else { at }),
+                    None if at.is_empty() => ".".to_string(),
+                    None => at.to_string(),
+                };
                 repos.push(Watched {
                     target: area.target.clone(),
                     host: host.clone(),
                     at: at.to_string(),
+                    label,
                     repo,
+                    refs,
                     protection: area.protection.clone(),
                     looks,
                     branch,
@@ -193,26 +220,23 @@ impl Watch {
     /// brought a protected path onto the current branch or into the index, and says what it
     /// did (only the repositories where it did something, or could not check).
     pub fn check(&self, run_id: &str) -> Vec<Report> {
-        self.repos.iter().filter(|w| Looks::read(w.repo.dir().as_fd()) != w.looks).map(|w| w.check(run_id)).filter(Report::acted).collect()
+        self.repos.iter().filter(|w| Looks::read(w.repo.dir().as_fd(), w.refs.as_fd()) != w.looks).map(|w| w.check(run_id)).filter(Report::acted).collect()
     }
 }
 
 impl Looks {
-    fn read(dir: BorrowedFd<'_>) -> Looks {
+    /// `HEAD` and the index from `dir`, the branch's ref from `refs` (the same directory, or
+    /// a linked worktree's repository).
+    fn read(dir: BorrowedFd<'_>, refs: BorrowedFd<'_>) -> Looks {
         let head = read_beneath(dir, "HEAD", MAX_REF);
-        let branch = head.as_deref().and_then(symbolic).and_then(|b| read_beneath(dir, &b, MAX_REF));
-        Looks { head, branch, packed: stamp(dir, "packed-refs"), reftable: stamp(dir, "reftable/tables.list"), index: stamp(dir, "index") }
+        let branch = head.as_deref().and_then(symbolic).and_then(|b| read_beneath(refs, &b, MAX_REF));
+        Looks { head, branch, packed: stamp(refs, "packed-refs"), reftable: stamp(refs, "reftable/tables.list"), index: stamp(dir, "index") }
     }
 }
 
 impl Watched {
     fn check(&self, run_id: &str) -> Report {
-        let mut report = Report {
-            target: self.target.clone(),
-            host: self.host.clone(),
-            repository: if self.at.is_empty() { ".".into() } else { self.at.clone() },
-            ..Report::default()
-        };
+        let mut report = Report { target: self.target.clone(), host: self.host.clone(), repository: self.label.clone(), ..Report::default() };
         if let Err(e) = self.judge(run_id, &mut report) {
             report.problem = Some(e.to_string());
         }
@@ -378,7 +402,7 @@ impl Watched {
 
 /// The commit `HEAD` resolves to at launch: read from the loose ref or `packed-refs` when
 /// they say, else asked of git (a symbolic branch, a reftable repository).
-fn launch_tip(repo: &Repo, looks: &Looks, branch: Option<&str>) -> Option<String> {
+fn launch_tip(repo: &Repo, refs: BorrowedFd<'_>, looks: &Looks, branch: Option<&str>) -> Option<String> {
     let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     match (branch, looks.head.as_deref()) {
         (None, Some(head)) if is_id(text(head).as_bytes()) => return Some(text(head)),
@@ -387,7 +411,7 @@ fn launch_tip(repo: &Repo, looks: &Looks, branch: Option<&str>) -> Option<String
                 if is_id(loose.as_bytes()) {
                     return Some(loose);
                 }
-            } else if let Some(id) = branch.and_then(|b| packed(repo.dir().as_fd(), b)) {
+            } else if let Some(id) = branch.and_then(|b| packed(refs, b)) {
                 return Some(id);
             } else if looks.packed.is_none() {
                 return None;
