@@ -2,9 +2,10 @@
 //! person's own tools: the stock `~/.profile` puts `~/bin` and `~/.local/bin` first on `PATH`
 //! when they exist (a planted `~/.local/bin/git` runs at the next `git`), vim runs `~/.vimrc`,
 //! tmux `~/.tmux.conf`, the aws CLI the `credential_process` of `~/.aws/config`. The start-up
-//! files themselves are protected everywhere (`super::DEFAULTS`); the entries here are
-//! protected in a zone only when it is a home, because in a project `bin/` or `.npmrc` is an
-//! ordinary file the worker is there to write.
+//! files themselves are protected everywhere (`super::DEFAULTS`); the paths of the tool
+//! table's *home* rows ([`entries`], `super::tools`) are protected in a zone only when it is a
+//! home, because in a project `bin/` or `.npmrc` is an ordinary file the worker is there to
+//! write.
 //!
 //! A zone is a home when
 //! - its directory is a user's home: any passwd entry's home directory, `$HOME` of the
@@ -30,74 +31,14 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::AtFlags;
 
+use super::tools::{expand, Scope, TOOLS};
 use super::{EntryError, Protection};
 
-/// One path protected in a home, and why: what runs it, and on which routine command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
-    pub path: &'static str,
-    pub why: &'static str,
+/// What is protected in a home zone besides the defaults: the paths of the tool table's
+/// [`Scope::Home`] rows (`super::tools`, where each row says what runs them and when).
+pub fn entries() -> Vec<String> {
+    TOOLS.iter().filter(|t| t.scope == Scope::Home).flat_map(|t| t.paths.iter().flat_map(|p| expand(p))).collect()
 }
-
-/// What is protected in a home zone, besides the defaults.
-pub const ENTRIES: &[Entry] = &[
-    // `PATH` folders that the stock start-up files put first.
-    Entry { path: "bin", why: "Debian's and Ubuntu's stock ~/.profile puts ~/bin first on PATH when it exists" },
-    Entry { path: ".local/bin", why: "the stock ~/.profile (Debian, Ubuntu) and ~/.bashrc (Fedora) put ~/.local/bin first on PATH" },
-    Entry { path: ".cargo/bin", why: "rustup's ~/.cargo/env, sourced at login, puts it first on PATH" },
-    Entry { path: ".cargo/env", why: "rustup's line in ~/.profile and ~/.bashrc sources it at every login" },
-    Entry { path: ".cargo/env.fish", why: "rustup's fish set-up, sourced by fish at start" },
-    Entry { path: ".cargo/config.toml", why: "cargo reads it for every project: build.rustc-wrapper, target runners and aliases run commands" },
-    Entry { path: ".cargo/config", why: "cargo's older name for ~/.cargo/config.toml" },
-    Entry { path: "go/bin", why: "where go install puts programs; the person's start-up file adds it to PATH" },
-    Entry { path: ".nvm/nvm.sh", why: "nvm's line in ~/.bashrc sources it in every shell" },
-    Entry { path: ".bash_completion", why: "bash-completion sources it in every interactive bash" },
-    Entry { path: ".local/share/bash-completion", why: "bash-completion sources a command's file from it on the first Tab" },
-    // Other shells' start-up files (bash's, zsh's and fish's are protected everywhere).
-    Entry { path: ".kshrc", why: "ksh and mksh run it in every interactive shell" },
-    Entry { path: ".mkshrc", why: "mksh runs it in every interactive shell" },
-    Entry { path: ".cshrc", why: "csh and tcsh run it at every start" },
-    Entry { path: ".tcshrc", why: "tcsh runs it at every start" },
-    Entry { path: ".login", why: "csh and tcsh run it at login" },
-    Entry { path: ".inputrc", why: "readline reads it in bash and every readline program: a key bound to a macro types the worker's command line" },
-    // Editors and terminal multiplexers.
-    Entry { path: ".vimrc", why: "vim runs its commands at start (`:!cmd`, `system()`)" },
-    Entry { path: ".vim", why: "vim runs ~/.vim/vimrc and every plugin/ and ftplugin/ script at start" },
-    Entry { path: ".gvimrc", why: "gvim runs it at start" },
-    Entry { path: ".exrc", why: "vi and ex (and vim without a vimrc) run it at start" },
-    Entry { path: ".config/vim", why: "vim 9.1 reads $XDG_CONFIG_HOME/vim/vimrc" },
-    Entry { path: ".config/nvim", why: "neovim runs init.lua / init.vim and its plugins at start" },
-    Entry { path: ".local/share/nvim/site", why: "neovim loads the plugins in its packpath at start" },
-    Entry { path: ".emacs", why: "emacs runs it at start" },
-    Entry { path: ".emacs.d", why: "emacs runs init.el at start" },
-    Entry { path: ".config/emacs", why: "emacs 27+ runs init.el from it at start" },
-    Entry { path: ".tmux.conf", why: "tmux runs its commands (`run-shell`, `if-shell`) when the server starts" },
-    Entry { path: ".config/tmux", why: "tmux 3.1+ reads tmux.conf from it" },
-    Entry { path: ".screenrc", why: "GNU screen runs its commands (`exec`, `screen cmd`) at start" },
-    // Command-line tools whose configuration names a command to run.
-    Entry { path: ".aws", why: "the aws CLI and SDKs run config's credential_process on every call" },
-    Entry { path: ".kube", why: "kubectl runs the kube config's exec credential plugin on every call" },
-    Entry { path: ".docker", why: "docker runs the credential helper config.json names, and the plugins in cli-plugins/ on `docker compose`, `docker buildx`" },
-    Entry {
-        path: ".gnupg",
-        why: "gpg-agent runs the pinentry-program its configuration names (on a signed `git commit`); the keyrings decide whom gpg trusts",
-    },
-    Entry { path: ".npmrc", why: "npm reads it in every project: script-shell and node-options run the worker's program on `npm test`" },
-    Entry { path: ".yarnrc.yml", why: "yarn 2+ runs the file its yarnPath names on every yarn command" },
-    Entry { path: ".yarnrc", why: "yarn 1 runs the program its yarn-path names" },
-    Entry { path: ".config/direnv", why: "direnv sources direnvrc before every .envrc it loads" },
-    Entry { path: ".direnvrc", why: "direnv's older name for its direnvrc" },
-    // What a desktop or a login session starts.
-    Entry { path: ".config/autostart", why: "the desktop session runs each .desktop file's Exec at login" },
-    Entry { path: ".config/systemd/user", why: "systemd starts the user's enabled units at login" },
-    Entry { path: ".config/environment.d", why: "systemd's user manager sets PATH and LD_PRELOAD from it at login" },
-    Entry { path: ".pam_environment", why: "pam_env sets variables (LD_PRELOAD, PATH) from it at login where enabled" },
-    Entry { path: ".xprofile", why: "display managers source it at graphical login" },
-    Entry { path: ".xinitrc", why: "startx runs it" },
-    Entry { path: ".xsession", why: "Debian's Xsession runs it at graphical login" },
-    Entry { path: ".xsessionrc", why: "Debian's Xsession sources it at graphical login" },
-    Entry { path: ".config/plasma-workspace", why: "KDE Plasma sources env/ and runs shutdown/ scripts from it" },
-];
 
 /// The start-up files that make a directory a home: what bash, zsh and fish run at login or
 /// in each interactive shell (all protected by default: a worker cannot write one).
@@ -129,7 +70,7 @@ impl std::fmt::Display for Home {
 
 /// `protection` with the home entries added (those it has already kept).
 pub fn widen(protection: &Protection) -> Result<Protection, EntryError> {
-    Protection::new(protection.entries().iter().cloned().chain(ENTRIES.iter().map(|e| e.path.to_string())))
+    Protection::new(protection.entries().iter().cloned().chain(entries()))
 }
 
 /// True when `protection` holds home entries already (the zone was found a home when its
@@ -137,7 +78,8 @@ pub fn widen(protection: &Protection) -> Result<Protection, EntryError> {
 /// entry that every zone has by default says nothing.
 pub fn widened(protection: &Protection) -> bool {
     let defaults = Protection::default();
-    protection.entries().iter().any(|e| ENTRIES.iter().any(|h| h.path == e) && !defaults.entries().contains(e))
+    let home = entries();
+    protection.entries().iter().any(|e| home.contains(e) && !defaults.entries().contains(e))
 }
 
 /// True when `rel` (relative to a zone) is a shell's start-up file, at any depth.
@@ -245,31 +187,36 @@ mod tests {
         assert!(widened(&p));
         assert!(!widened(&Protection::default()));
         let m = |rel: &str| p.matches_any_case(Path::new(rel), Kind::Other).map(str::to_string);
-        assert_eq!(m(".local/bin/git").as_deref(), Some(".local/bin"));
+        // `bin` at any depth covers `.local/bin` and `go/bin` too.
+        assert_eq!(m(".local/bin/git").as_deref(), Some("bin"));
+        assert_eq!(m(".cargo/env").as_deref(), Some(".cargo/env"));
         assert_eq!(m("bin/ls").as_deref(), Some("bin"));
         assert_eq!(m("alice/.vimrc").as_deref(), Some(".vimrc"));
         assert_eq!(m(".aws/config").as_deref(), Some(".aws"));
         assert_eq!(m(".profile").as_deref(), Some(".profile"));
         assert_eq!(m("src/main.rs"), None);
         // A link at `.local` would lead `~/.local/bin` elsewhere.
-        assert_eq!(p.matches_any_case(Path::new(".local"), Kind::Other).as_deref(), Some(".local/bin"));
+        assert_eq!(p.matches_any_case(Path::new(".local"), Kind::Other), Some(".local/bin"));
         // Turned off by the zone: not added back.
         let off = p.without(&[".vimrc".into()]).expect("in force");
         assert!(widened(&off));
     }
 
     #[test]
-    fn every_entry_is_valid_and_said_why() {
-        for e in ENTRIES {
-            assert!(Protection::new([e.path.to_string()]).is_ok(), "{}", e.path);
-            assert!(!e.why.is_empty());
+    fn every_entry_is_valid() {
+        let home = entries();
+        assert!(home.contains(&".local/bin".to_string()) && home.contains(&".aws".to_string()));
+        for e in home {
+            assert!(Protection::new([e.clone()]).is_ok(), "{e}");
         }
     }
 
     #[test]
     fn a_home_by_path() {
-        let home = std::fs::canonicalize("/").expect("root");
-        assert_eq!(by_path(&home), None, "a home of / is left out");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let tmp = std::fs::canonicalize(tmp.path()).expect("canonical");
+        assert_eq!(by_path(&tmp), None, "nobody's home");
+        assert!(matches!(by_path(Path::new("/")), Some(Home::Holds(..))), "/ holds every home");
         let Some(h) = std::env::var_os("HOME").and_then(|h| std::fs::canonicalize(h).ok()).filter(|h| h != Path::new("/")) else { return };
         assert!(matches!(by_path(&h), Some(Home::Of(_))), "{h:?}");
         if let Some(parent) = h.parent().filter(|p| *p != Path::new("/")) {
