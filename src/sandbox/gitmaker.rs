@@ -68,8 +68,9 @@ impl Sandbox {
         shown: &str,
     ) -> Result<Option<Piece>, SandboxError> {
         let fd = dir.as_fd();
-        // A git directory already: what is written into it is the protected list's to judge.
         let Some(maker) = MAKERS.iter().find(|m| is(added, m)) else { return Ok(None) };
+        // Already there, the write adds nothing; a git directory already, what is written into
+        // it is the protected list's to judge (`hostfiles`).
         if present(fd, added) || crate::hostrun::is_git_dir(fd) {
             return Ok(None);
         }
