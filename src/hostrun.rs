@@ -101,8 +101,7 @@ enum Part {
 
 /// The default protection, built once per process: every project and sandbox starts from
 /// it.
-static DEFAULT: std::sync::LazyLock<Protection> =
-    std::sync::LazyLock::new(|| Protection::build(DEFAULTS.clone()).expect("the default entries are valid"));
+static DEFAULT: std::sync::LazyLock<Protection> = std::sync::LazyLock::new(|| Protection::build(DEFAULTS.clone()).expect("the default entries are valid"));
 
 impl Default for Protection {
     fn default() -> Self {
