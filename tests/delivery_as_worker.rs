@@ -180,10 +180,45 @@ mod body {
         assert!(err.contains("deleted   sticky/own.txt"), "{err}");
         assert_eq!(out.status.code(), Some(HELD_BACK), "a refused change is held back: exit 3");
     }
+
+    /// A mode is its owner's to change: the worker may write root's `0666` file, not make it
+    /// executable (nor take that away from root's `0777` one), and its content change to
+    /// root's `0766` file keeps that mode (not `0777`). Its own file it may make executable.
+    pub fn the_mode_of_anothers_file_is_not_the_workers(backend: &str) {
+        let Some(s) = Scratch::new() else { return };
+        s.root_owned("rootdir", None, 0o755);
+        s.root_owned("rootdir/run.sh", Some("echo host\n"), 0o666);
+        s.root_owned("rootdir/tool.sh", Some("echo tool\n"), 0o777);
+        s.root_owned("rootdir/exe.sh", Some("echo exe\n"), 0o766);
+        std::fs::write(s.z("mine.sh"), "echo mine\n").expect("write");
+        give_to_worker(&s.z("mine.sh"));
+        let out = s.run(
+            backend,
+            &["--json"],
+            "cd /z && echo planted >> rootdir/run.sh && chmod +x rootdir/run.sh && chmod -x rootdir/tool.sh \
+             && echo worker > rootdir/exe.sh && echo worker > mine.sh && chmod +x mine.sh",
+        );
+        assert_eq!(state(&s.z("rootdir/run.sh")), ("echo host\n".into(), 0, 0, 0o666), "root's 0666 file was made executable");
+        assert_eq!(state(&s.z("rootdir/tool.sh")), ("echo tool\n".into(), 0, 0, 0o777), "root's 0777 file lost its executable bits");
+        assert_eq!(state(&s.z("rootdir/exe.sh")), ("worker\n".into(), 0, 0, 0o766), "root's 0766 file changed mode");
+        assert_eq!(state(&s.z("mine.sh")), ("worker\n".into(), TEST_WORKER_UID, TEST_WORKER_UID, 0o755));
+        let sum = summary(&out);
+        assert_eq!(refused_as_worker(&sum), [("rootdir/run.sh".into(), 1000), ("rootdir/tool.sh".into(), 1000)], "{sum}");
+        assert_eq!(paths(&sum["changed"]), ["mine.sh", "rootdir/exe.sh"], "{sum}");
+        assert_eq!(out.status.code(), Some(HELD_BACK), "a refused change is held back: exit 3");
+    }
 }
 
-support::backend_suite!(bwrap, "bwrap", [only_what_the_worker_may_write_is_published, a_deletion_the_worker_may_not_make_is_refused]);
-support::backend_suite!(docker, "docker", [only_what_the_worker_may_write_is_published, a_deletion_the_worker_may_not_make_is_refused]);
+support::backend_suite!(
+    bwrap,
+    "bwrap",
+    [only_what_the_worker_may_write_is_published, a_deletion_the_worker_may_not_make_is_refused, the_mode_of_anothers_file_is_not_the_workers]
+);
+support::backend_suite!(
+    docker,
+    "docker",
+    [only_what_the_worker_may_write_is_published, a_deletion_the_worker_may_not_make_is_refused, the_mode_of_anothers_file_is_not_the_workers]
+);
 
 /// A remote engine's zones come back through the same publish: a plain `rw` zone (shipped as
 /// a copy) and a copy-delivered one.

@@ -72,6 +72,12 @@ fn unchanged_after_rename(dir: BorrowedFd<'_>, name: &CStr, seen: &Seen) -> io::
     Ok(<[u8; 32]>::from(hasher.finalize()) == seen.sha256)
 }
 
+/// Whether a file of mode `mode` counts as executable (any execute bit), as a staged file's
+/// `executable` is taken.
+pub fn is_executable(mode: impl Into<u32>) -> bool {
+    mode.into() & 0o111 != 0
+}
+
 /// Writes `f` (its staged content: `src`) as `name` beneath `dir`: new when `seen` is
 /// `None`, else replacing the file the copy was taken from. A changed file keeps the owner
 /// and mode of the host file it replaces; a new one is its maker's (on publish, the worker's
@@ -80,11 +86,14 @@ pub fn write(dir: BorrowedFd<'_>, name: &CStr, f: &FileOut, seen: Option<&Seen>,
     let now = stat_at(dir, name)?;
     let (owner, mode) = match (seen, &now) {
         (Some(s), Some(st)) if s.same(st) => {
+            // Its mode as it was, unless the change made it executable or took that away.
             let mut mode = st.st_mode & 0o777;
-            if f.executable {
-                mode |= (mode & 0o444) >> 2;
-            } else {
-                mode &= !0o111;
+            if f.executable != is_executable(st.st_mode) {
+                if f.executable {
+                    mode |= (mode & 0o444) >> 2;
+                } else {
+                    mode &= !0o111;
+                }
             }
             (Some((st.st_uid, st.st_gid)), mode)
         }

@@ -14,7 +14,9 @@
 //!   handle of that very file, opened beneath the directory handle the worker opened; a file
 //!   the worker owns it may always make writable, so that one is not asked) and
 //!   then swapped in by workcell on the same directory handle, so that it keeps its owner and
-//!   mode (the worker may write a file it may not replace by rename). The swap replaces only
+//!   mode (the worker may write a file it may not replace by rename). Another's file made
+//!   executable or not in the copy is refused: that is a `chmod`, which only its owner may
+//!   do (a root-owned `0666` file would otherwise come back root's and `0777`). The swap replaces only
 //!   the file that was asked about: its inode, size, times and change time are compared again
 //!   at the rename (`swap`), and a change of owner, mode or ACL moves the change time.
 //!
@@ -48,8 +50,10 @@ fn moved(e: &io::Error) -> bool {
 /// Whether user `uid` (the calling thread's) may write the file `name` beneath `dir`, asked
 /// of the kernel on a handle of it: `Ok(false)` when it is no longer the file `seen`
 /// describes. Its owner may: it could make the file writable (`chmod`), as in a bind zone.
+/// Another's file it may at most write: making it executable or not (`executable`, the
+/// staged file's) is a `chmod`, its owner's alone (`EPERM`).
 #[cfg(target_os = "linux")]
-fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32) -> io::Result<bool> {
+fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32, executable: bool) -> io::Result<bool> {
     use rustix::fs::{Mode, OFlags};
     // O_PATH: a handle for the question, no open for writing (which would break leases and
     // tell a watcher the file was written).
@@ -59,6 +63,9 @@ fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32) -> io::
         return Ok(false);
     }
     if st.st_uid != uid {
+        if swap::is_executable(st.st_mode) != executable {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
         crate::plan::access::access_fd(fd.as_fd(), libc::W_OK)?;
     }
     Ok(true)
@@ -66,13 +73,16 @@ fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32) -> io::
 
 /// Elsewhere (macOS) workcell is the worker's user: opening the file for writing asks.
 #[cfg(not(target_os = "linux"))]
-fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32) -> io::Result<bool> {
+fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32, executable: bool) -> io::Result<bool> {
     use rustix::fs::{Mode, OFlags};
     let st = rustix::fs::statat(dir, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)?;
     if !seen.same(&st) {
         return Ok(false);
     }
     if st.st_uid != uid {
+        if swap::is_executable(st.st_mode) != executable {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
+        }
         let fd = rustix::fs::openat(dir, name.as_c_str(), OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty())?;
         return Ok(seen.same(&rustix::fs::fstat(&fd)?));
     }
@@ -179,7 +189,7 @@ impl Changes {
                     Some(seen) => match hands.run(move || -> io::Result<_> {
                         let dir = parent(zone, path, true)?;
                         let name = cname(&path[path.len() - 1])?;
-                        Ok(may_write(dir.as_fd(), &name, seen, uid)?.then_some((dir, name)))
+                        Ok(may_write(dir.as_fd(), &name, seen, uid, f.executable)?.then_some((dir, name)))
                     })? {
                         Ok(Some((dir, name))) => swap::write(dir.as_fd(), &name, f, Some(seen), src),
                         Ok(None) => Ok(Outcome::Conflict),
