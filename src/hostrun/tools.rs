@@ -247,6 +247,13 @@ pub const TOOLS: &[Tool] = &[
         scope: Scope::Home,
     },
     Tool {
+        tool: "husky (home)",
+        runs: "`~/.config/husky/init.sh`, sourced by husky 9's `.husky/_/h` before every hook; `~/.huskyrc`, sourced by husky 7 and 8's `husky.sh`",
+        paths: &[".config/husky", ".huskyrc"],
+        trigger: "`git commit`, `git push` in any repository that uses husky",
+        scope: Scope::Home,
+    },
+    Tool {
         tool: "nvm",
         runs: "`nvm.sh`, sourced by the line nvm adds to `~/.bashrc`",
         paths: &[".nvm/nvm.sh"],
