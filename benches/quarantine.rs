@@ -49,8 +49,16 @@ fn fixture() -> &'static Fixture {
         build(tmp.path());
         let held = Held(Arc::new(fs::File::open(tmp.path()).unwrap().into()));
         let protection = Protection::default();
-        let mut area =
-            ProtectedArea { target: "/work".into(), held: Some(held), entries: protection.entries().to_vec(), unprotected: vec![], bound: vec![], protection };
+        let mut area = ProtectedArea {
+            target: "/work".into(),
+            home: None,
+            held: Some(held),
+            entries: protection.entries().to_vec(),
+            unprotected: vec![],
+            by_family: vec![],
+            bound: vec![],
+            protection,
+        };
         // What exists before a run (the repository's config and hooks) stays; the cache is
         // warm after this walk.
         area.bound = quarantine::existing(&area);
