@@ -187,6 +187,32 @@ mod body {
         c.undo_and_make();
     }
 
+    /// A first run leaves `main` a symbolic ref to `x` (or `HEAD` a link to `main`), at the
+    /// same commit: nothing to set back. A second run commits the `Makefile` onto `x` (onto
+    /// `main`) with plumbing, writing none of the files the check looked at before (`HEAD`,
+    /// `main`'s own file, the index): it is set back all the same.
+    pub fn a_ref_that_leads_elsewhere_is_followed(backend: &str) {
+        for first in
+            ["git update-ref refs/heads/x HEAD && git symbolic-ref refs/heads/main refs/heads/x", "ln -s refs/heads/main .git/H && mv -f .git/H .git/HEAD"]
+        {
+            let c = Checkout::new();
+            let before = git(&c.repo, &["rev-parse", "HEAD"]);
+            let out = c.run(backend, &format!("cd /data && {first}"));
+            assert_eq!(out.status.code(), Some(0), "the first run changes no commit");
+            let m = c.marker.display();
+            let script = format!(
+                "cd /data && export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@x GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@x && \
+                 B=$(printf 'all:\\n\\t@touch {m}; echo person-build\\n' | git hash-object -w --stdin) && \
+                 T=$(printf '100644 blob %s\\tMakefile\\n' $B | git mktree) && C=$(git commit-tree $T -p HEAD -m w) && \
+                 git update-ref $(git symbolic-ref -q refs/heads/main || echo refs/heads/main) $C"
+            );
+            let out = c.run(backend, &script);
+            assert_eq!(out.status.code(), Some(3), "{first}: the commit is set back, exit 3");
+            assert_eq!(git(&c.repo, &["rev-parse", "HEAD"]), before, "{first}: HEAD resolves to the person's commit");
+            c.undo_and_make();
+        }
+    }
+
     /// A linked worktree in the zone (`git worktree add`): the worker commits onto its branch
     /// through the worktree's own git directory; that branch and index are set back.
     pub fn a_linked_worktree_is_checked(backend: &str) {
@@ -232,10 +258,24 @@ mod body {
 support::backend_suite!(
     bwrap,
     "bwrap",
-    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked, a_linked_worktree_is_checked]
+    [
+        a_commit_of_protected_files_is_set_back,
+        staged_protected_files_are_set_back,
+        ordinary_commits_stay,
+        mcp_calls_are_checked,
+        a_linked_worktree_is_checked,
+        a_ref_that_leads_elsewhere_is_followed
+    ]
 );
 support::backend_suite!(
     docker,
     "docker",
-    [a_commit_of_protected_files_is_set_back, staged_protected_files_are_set_back, ordinary_commits_stay, mcp_calls_are_checked, a_linked_worktree_is_checked]
+    [
+        a_commit_of_protected_files_is_set_back,
+        staged_protected_files_are_set_back,
+        ordinary_commits_stay,
+        mcp_calls_are_checked,
+        a_linked_worktree_is_checked,
+        a_ref_that_leads_elsewhere_is_followed
+    ]
 );

@@ -14,7 +14,10 @@
 //! worker starts: `HEAD`'s text, the branch it names and that branch's commit, and the
 //! identity (inode, size, times) of `packed-refs`, `reftable/tables.list` and `index`. That is
 //! read beneath the held git directory, naming nothing by path and running no git: when the
-//! worker left all of it as it was, the check after the run costs a few `stat`s.
+//! worker left all of it as it was, the check after the run costs a few `stat`s. Unless
+//! `HEAD` is a link, or its branch a link or a symbolic ref (an earlier run of a worker can
+//! leave them so; a commit to the ref they lead to changes none of those files): then git is
+//! asked after every run.
 //!
 //! When something changed, the host's git is asked (`git`: held directory, no configuration
 //! but the repository's read-only one, bounded): the paths changed between the commit at launch
@@ -95,6 +98,12 @@ struct Watched {
     branch: Option<String>,
     /// The commit `HEAD` resolved to at launch (`None`: an unborn branch).
     tip: Option<String>,
+    /// Whether [`Looks`] sees every change to what `HEAD` resolves to: `HEAD` a file naming a
+    /// commit or a plain branch, whose loose ref is a file naming a commit, or absent. Not so
+    /// when `HEAD` is a link, or names a ref that is a link or names another ref (a worker's
+    /// earlier run can leave either: git follows them, and a later commit to the ref they
+    /// lead to changes none of the files looked at): then the check always asks git.
+    plain: bool,
 }
 
 /// The repositories of a run, as they were when the worker started.
@@ -194,6 +203,7 @@ impl Watch {
                 let looks = Looks::read(repo.dir().as_fd(), refs.as_fd());
                 let branch = looks.head.as_deref().and_then(symbolic);
                 let tip = launch_tip(&repo, refs.as_fd(), &looks, branch.as_deref());
+                let plain = plain(refs.as_fd(), &looks, branch.as_deref());
                 let label = match &common {
                     Some(_) => format!("{} (a linked worktree of {})", git.rsplit('/').next().unwrap_or_default(), if at.is_empty() { "." } else { at }),
                     None if at.is_empty() => ".".to_string(),
@@ -210,6 +220,7 @@ impl Watch {
                     looks,
                     branch,
                     tip,
+                    plain,
                 });
             }
         }
@@ -220,7 +231,12 @@ impl Watch {
     /// brought a protected path onto the current branch or into the index, and says what it
     /// did (only the repositories where it did something, or could not check).
     pub fn check(&self, run_id: &str) -> Vec<Report> {
-        self.repos.iter().filter(|w| Looks::read(w.repo.dir().as_fd(), w.refs.as_fd()) != w.looks).map(|w| w.check(run_id)).filter(Report::acted).collect()
+        self.repos
+            .iter()
+            .filter(|w| !w.plain || Looks::read(w.repo.dir().as_fd(), w.refs.as_fd()) != w.looks)
+            .map(|w| w.check(run_id))
+            .filter(Report::acted)
+            .collect()
     }
 }
 
@@ -263,7 +279,7 @@ impl Watched {
         }
         // `HEAD` itself, when the worker pointed it at another branch or commit.
         let head = read_beneath(self.repo.dir().as_fd(), "HEAD", MAX_REF);
-        if head != self.looks.head {
+        if head != self.looks.head || !self.plain {
             if let Some(now) = self.resolve("HEAD")?.filter(|now| Some(now.as_str()) != old) {
                 let paths = self.protected_between(old.unwrap_or(&empty), &now)?;
                 if !paths.is_empty() {
@@ -421,6 +437,26 @@ fn launch_tip(repo: &Repo, refs: BorrowedFd<'_>, looks: &Looks, branch: Option<&
     }
     let out = repo.run(&["rev-parse", "-q", "--verify", "HEAD^{commit}"], b"", true).ok().flatten()?;
     Some(text(&out)).filter(|s| is_id(s.as_bytes()))
+}
+
+/// Whether `HEAD` (read as `looks`) and the branch it names are what [`Looks`] follows: see
+/// [`Watched::plain`].
+fn plain(refs: BorrowedFd<'_>, looks: &Looks, branch: Option<&str>) -> bool {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
+    let Some(head) = looks.head.as_deref() else { return false };
+    if is_id(text(head).as_bytes()) {
+        return true;
+    }
+    let Some(branch) = branch else { return false };
+    match &looks.branch {
+        Some(loose) => is_id(text(loose).as_bytes()),
+        // No regular file there: plain only when nothing is there (a link, or a folder on the
+        // way that is one, is not).
+        None => {
+            let (parent, name) = branch.rsplit_once('/').unwrap_or(("", branch));
+            open_dir(refs, parent).is_some_and(|p| rustix::fs::statat(&p, name, AtFlags::SYMLINK_NOFOLLOW).is_err_and(|e| e == rustix::io::Errno::NOENT))
+        }
+    }
 }
 
 /// The branch a `HEAD` text names (`ref: refs/heads/…`), when it is a plain one.
