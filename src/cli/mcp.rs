@@ -51,7 +51,10 @@ pub fn run(cli: &Cli, args: &McpArgs) -> Result<i32, CliError> {
         crate::plan::access::check_sandbox(&sandbox, user, choice == BackendChoice::Bwrap).map_err(|e| CliError::Usage(e.to_string()))?;
     }
     // A zone an earlier run left unverified is refused before serving, as a run refuses it.
-    crate::run::unverified::refuse_marked(&project.dir, &sandbox).map_err(|e| CliError::Unverified(e.to_string()))?;
+    crate::run::unverified::refuse_marked(&project.dir, &sandbox).map_err(|e| match e {
+        crate::run::unverified::UnverifiedError::Read { .. } => CliError::Failed(e.to_string()),
+        _ => CliError::Unverified(e.to_string()),
+    })?;
     // Shell commands and child workers run under the worker's runtime, as in its own run.
     let runtime = worker.as_ref().and_then(|w| w.runtime.clone()).or_else(|| project.defaults.runtime.clone());
     let runner = BackendRunner::new(project.clone(), args.backend.unwrap_or(project.defaults.backend), mode)

@@ -320,6 +320,7 @@ pub(super) fn prepare(cli: &Cli, args: &RunArgs, pool: Option<&Path>) -> Result<
 pub(super) fn run_error(e: RunError) -> CliError {
     match e {
         RunError::Plan(_) | RunError::CopyRefused(_) => CliError::Usage(e.to_string()),
+        RunError::Unverified(crate::run::unverified::UnverifiedError::Read { .. }) => CliError::Failed(e.to_string()),
         RunError::Unverified(_) => CliError::Unverified(e.to_string()),
         other => CliError::Failed(other.to_string()),
     }

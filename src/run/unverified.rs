@@ -85,8 +85,12 @@ pub enum UnverifiedError {
         what_to_do([.0].into_iter())
     )]
     Marked(Marker),
-    /// The markers could not be read.
-    #[error("cannot read {}: {source}", DIR)]
+    /// The markers could not be read: workcell cannot tell whether a zone is verified, so
+    /// nothing runs. Not the zone's fault (exit 125, not 4): `.workcell` itself is wrong.
+    #[error(
+        "cannot read {} (where workcell records the zones it could not check): {source}. The project's `.workcell` must be a directory of the project, not a link or a file: remove what is there (`rm -r .workcell` loses the audit log and the quarantine's index) and run again",
+        DIR
+    )]
     Read {
         #[source]
         source: std::io::Error,
