@@ -213,6 +213,26 @@ mod body {
         }
     }
 
+    /// A commit of 200,000 long paths besides the `Makefile`: more names than git's output
+    /// may hold, so they cannot be listed; the commit is set back as unjudged (before, a
+    /// warning, and the branch stayed at the worker's commit).
+    pub fn a_commit_too_large_to_list_is_set_back(backend: &str) {
+        let c = Checkout::new();
+        let before = git(&c.repo, &["rev-parse", "HEAD"]);
+        let m = c.marker.display();
+        let script = format!(
+            "cd /data && export GIT_AUTHOR_NAME=w GIT_AUTHOR_EMAIL=w@x GIT_COMMITTER_NAME=w GIT_COMMITTER_EMAIL=w@x && \
+             B=$(printf 'all:\\n\\t@touch {m}; echo person-build\\n' | git hash-object -w --stdin) && \
+             T=$({{ printf '100644 blob %s\\tMakefile\\n' $B; seq 1 200000 | awk -v b=$B '{{printf \"100644 blob %s\\t%0120d\\n\", b, $1}}'; }} | git mktree) && \
+             C=$(git commit-tree $T -p HEAD -m w) && git update-ref refs/heads/main $C"
+        );
+        let out = c.run(backend, &script);
+        assert_eq!(out.status.code(), Some(3), "the commit is set back, exit 3");
+        assert_eq!(git(&c.repo, &["rev-parse", "main"]), before, "main is the person's commit again");
+        assert_eq!(c.quarantined().len(), 1, "the worker's commit is kept");
+        c.undo_and_make();
+    }
+
     /// A linked worktree in the zone (`git worktree add`): the worker commits onto its branch
     /// through the worktree's own git directory; that branch and index are set back.
     pub fn a_linked_worktree_is_checked(backend: &str) {
@@ -264,7 +284,8 @@ support::backend_suite!(
         ordinary_commits_stay,
         mcp_calls_are_checked,
         a_linked_worktree_is_checked,
-        a_ref_that_leads_elsewhere_is_followed
+        a_ref_that_leads_elsewhere_is_followed,
+        a_commit_too_large_to_list_is_set_back
     ]
 );
 support::backend_suite!(
@@ -276,6 +297,7 @@ support::backend_suite!(
         ordinary_commits_stay,
         mcp_calls_are_checked,
         a_linked_worktree_is_checked,
-        a_ref_that_leads_elsewhere_is_followed
+        a_ref_that_leads_elsewhere_is_followed,
+        a_commit_too_large_to_list_is_set_back
     ]
 );

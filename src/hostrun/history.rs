@@ -381,10 +381,15 @@ impl Watched {
         }
     }
 
-    /// The protected paths whose content differs between the trees of `old` and `new`.
+    /// The protected paths whose content differs between the trees of `old` and `new`. When
+    /// git cannot list them (past its bounds: a worker's commit of millions of paths, or objects
+    /// made slow or broken), the commit cannot be judged, so it is set back as one that changed
+    /// a protected path: its one "path" says why.
     fn protected_between(&self, old: &str, new: &str) -> Result<Vec<String>, GitError> {
-        let names = self.names(&["diff-tree", "-r", "--no-renames", "--no-ext-diff", "--name-only", "-z", old, new, "--"])?;
-        Ok(names.into_iter().filter(|p| self.protected(p)).collect())
+        match self.names(&["diff-tree", "-r", "--no-renames", "--no-ext-diff", "--name-only", "-z", old, new, "--"]) {
+            Ok(names) => Ok(names.into_iter().filter(|p| self.protected(p)).collect()),
+            Err(e) => Ok(vec![format!("(the changed paths could not be listed: {e})")]),
+        }
     }
 
     /// Whether the repository path `p` is protected in the zone.
