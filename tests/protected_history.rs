@@ -233,6 +233,22 @@ mod body {
         c.undo_and_make();
     }
 
+    /// The index's side of the same: a protected path staged among 200,000 long names, too
+    /// many for the check to list, sets the whole index back.
+    pub fn an_index_too_large_to_list_is_set_back(backend: &str) {
+        let c = Checkout::new();
+        let m = c.marker.display();
+        let script = format!(
+            "cd /data && B=$(printf 'all:\\n\\t@touch {m}; echo person-build\\n' | git hash-object -w --stdin) && \
+             {{ printf '100644 %s\\tMakefile\\n' $B; seq 1 200000 | awk -v b=$B '{{printf \"100644 %s\\t%0120d\\n\", b, $1}}'; }} | git update-index --add --index-info && echo STAGED"
+        );
+        let out = c.run(backend, &script);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("STAGED"), "the worker's plumbing failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(3), "the index is set back, exit 3");
+        assert_eq!(git(&c.repo, &["diff", "--cached", "--name-only"]), "", "the index still holds the worker's entries");
+        c.undo_and_make();
+    }
+
     /// A linked worktree in the zone (`git worktree add`): the worker commits onto its branch
     /// through the worktree's own git directory; that branch and index are set back.
     pub fn a_linked_worktree_is_checked(backend: &str) {
@@ -285,7 +301,8 @@ support::backend_suite!(
         mcp_calls_are_checked,
         a_linked_worktree_is_checked,
         a_ref_that_leads_elsewhere_is_followed,
-        a_commit_too_large_to_list_is_set_back
+        a_commit_too_large_to_list_is_set_back,
+        an_index_too_large_to_list_is_set_back
     ]
 );
 support::backend_suite!(
@@ -298,6 +315,7 @@ support::backend_suite!(
         mcp_calls_are_checked,
         a_linked_worktree_is_checked,
         a_ref_that_leads_elsewhere_is_followed,
-        a_commit_too_large_to_list_is_set_back
+        a_commit_too_large_to_list_is_set_back,
+        an_index_too_large_to_list_is_set_back
     ]
 );

@@ -309,7 +309,22 @@ impl Watched {
         }
         let base = self.resolve("HEAD")?;
         let tree = base.clone().unwrap_or_else(|| empty.to_string());
-        let names = self.names(&["diff-index", "--cached", "--no-renames", "--name-only", "-z", &tree, "--"])?;
+        let names = match self.names(&["diff-index", "--cached", "--no-renames", "--name-only", "-z", &tree, "--"]) {
+            Ok(names) => names,
+            // An index too large to list within the bounds (a worker staged a protected path
+            // among 200,000 others): it is set back whole to the commit's tree, as a commit too
+            // large to list is set back whole. What was staged stays in the object store.
+            Err(e @ (GitError::TooLong { .. } | GitError::TooSlow { .. })) => {
+                self.repo.run(&["read-tree", &tree], &[], false)?;
+                report.index_base = base;
+                report.problem = Some(format!(
+                    "{e}, so the whole index was set back to the tree of {} (stage again what you had staged yourself)",
+                    report.index_base.as_deref().unwrap_or("an empty tree")
+                ));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
         let paths: Vec<String> = names.into_iter().filter(|p| self.protected(p)).collect();
         if paths.is_empty() {
             return Ok(());
