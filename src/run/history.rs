@@ -4,8 +4,6 @@
 //! run's stderr), as a JSON line with `--json`, and in one `history` audit record. A run
 //! whose check set something back (or could not finish) exits 3 when the worker exited 0.
 
-use serde_json::json;
-
 use crate::audit::AuditLog;
 use crate::backend::{Finished, Output};
 use crate::hostrun::history::{Report, KEPT};
@@ -23,19 +21,7 @@ pub(super) fn tell(
         return;
     }
     let text: Vec<String> = reports.iter().flat_map(|r| lines(r, output == Output::Inherit)).collect();
-    match (output, result.as_mut()) {
-        (Output::Capture, Ok(finished)) => {
-            for line in &text {
-                finished.stderr.extend_from_slice(line.as_bytes());
-                finished.stderr.push(b'\n');
-            }
-        }
-        _ if json => eprintln!("{}", serde_json::to_string(&json!({"history": {"run_id": run_id, "repositories": reports}})).unwrap_or_default()),
-        _ => text.iter().for_each(|l| eprintln!("{l}")),
-    }
-    if let Err(e) = audit.record("history", json!({"repositories": reports})) {
-        eprintln!("workcell: cannot record the history check in the audit log: {e}");
-    }
+    super::tell_found(&text, ("history", "repositories", "history check"), &reports, run_id, output, json, result, audit);
     // The run looks successful only if nothing of the worker's was set back.
     if let Ok(finished) = result.as_mut() {
         if finished.exit_code == 0 && reports.iter().any(Report::acted) {

@@ -39,6 +39,36 @@ use crate::tools::service::{Caller, ToolService};
 /// [`crate::delivery::Summary::held_back`]). A worker's own non-zero status wins.
 pub const EXIT_HELD_BACK: i32 = 3;
 
+/// Tells what a check after the run found (the planted files, history): `text` into a
+/// captured run's stderr (after the worker's, past its cap), else on workcell's stderr, as
+/// one JSON line `{key: {"run_id", field: reports}}` with `json`; and records
+/// `{field: reports}` as a `key` audit record (`what` names it if that cannot be written).
+#[allow(clippy::too_many_arguments)]
+fn tell_found(
+    text: &[String],
+    (key, field, what): (&str, &str, &str),
+    reports: &impl serde::Serialize,
+    run_id: &str,
+    output: Output,
+    json: bool,
+    result: &mut Result<Finished, BackendError>,
+    audit: &AuditLog,
+) {
+    match (output, result.as_mut()) {
+        (Output::Capture, Ok(finished)) => {
+            for line in text {
+                finished.stderr.extend_from_slice(line.as_bytes());
+                finished.stderr.push(b'\n');
+            }
+        }
+        _ if json => eprintln!("{}", serde_json::to_string(&json!({ key: {"run_id": run_id, field: reports} })).unwrap_or_default()),
+        _ => text.iter().for_each(|l| eprintln!("{l}")),
+    }
+    if let Err(e) = audit.record(key, json!({ field: reports })) {
+        eprintln!("workcell: cannot record the {what} in the audit log: {e}");
+    }
+}
+
 /// Why a run did not happen (or its end could not be recorded). Exit status 125 unless the
 /// plan itself was refused (2).
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,6 @@
 
 use std::borrow::Cow;
 
-use serde_json::json;
-
 use crate::audit::AuditLog;
 use crate::backend::{Finished, Output};
 use crate::hostrun::quarantine::{self, Outcome, Report, Why, DIR, MAX_DEPTH};
@@ -36,19 +34,7 @@ pub(super) fn tell(
     }
     // An agent reads a captured run's notes: it is told the paths it knows, never the host's.
     let text: Vec<String> = reports.iter().flat_map(|r| lines(r, run_id, output == Output::Inherit)).collect();
-    match (output, result.as_mut()) {
-        (Output::Capture, Ok(finished)) => {
-            for line in &text {
-                finished.stderr.extend_from_slice(line.as_bytes());
-                finished.stderr.push(b'\n');
-            }
-        }
-        _ if json => eprintln!("{}", serde_json::to_string(&json!({"quarantine": {"run_id": run_id, "areas": reports}})).unwrap_or_default()),
-        _ => text.iter().for_each(|l| eprintln!("{l}")),
-    }
-    if let Err(e) = audit.record("quarantine", json!({"areas": reports})) {
-        eprintln!("workcell: cannot record the quarantine in the audit log: {e}");
-    }
+    super::tell_found(&text, ("quarantine", "areas", "quarantine"), &reports, run_id, output, json, result, audit);
 }
 
 /// The lines that tell one area's report (at most [`LISTED`] items, then a count); the
