@@ -209,6 +209,7 @@ mod body {
             let out = c.run(backend, &script);
             assert_eq!(out.status.code(), Some(3), "{first}: the commit is set back, exit 3");
             assert_eq!(git(&c.repo, &["rev-parse", "HEAD"]), before, "{first}: HEAD resolves to the person's commit");
+            assert_eq!(git(&c.repo, &["rev-parse", "main"]), before, "{first}: the branch itself is the person's commit again");
             c.undo_and_make();
         }
     }

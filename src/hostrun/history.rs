@@ -201,7 +201,16 @@ impl Watch {
                 };
                 let repo = Repo::new(Arc::new(dir));
                 let looks = Looks::read(repo.dir().as_fd(), refs.as_fd());
-                let branch = looks.head.as_deref().and_then(symbolic);
+                // A `HEAD` that is no regular file (a link to `refs/heads/main`, which git
+                // still follows) is asked of git: the branch it leads to is the one set back
+                // after the run, not `HEAD` alone (a later `git checkout main` would bring
+                // the worker's commit back).
+                let branch = match looks.head.as_deref() {
+                    Some(head) => symbolic(head),
+                    None => {
+                        repo.run(&["symbolic-ref", "-q", "HEAD"], b"", true).ok().flatten().and_then(|name| symbolic(&[b"ref: ".as_slice(), &name].concat()))
+                    }
+                };
                 let tip = launch_tip(&repo, refs.as_fd(), &looks, branch.as_deref());
                 let plain = plain(refs.as_fd(), &looks, branch.as_deref());
                 let label = match &common {
@@ -442,7 +451,8 @@ fn launch_tip(repo: &Repo, refs: BorrowedFd<'_>, looks: &Looks, branch: Option<&
     let text = |b: &[u8]| String::from_utf8_lossy(b).trim().to_string();
     match (branch, looks.head.as_deref()) {
         (None, Some(head)) if is_id(text(head).as_bytes()) => return Some(text(head)),
-        (Some(_), _) if looks.reftable.is_none() => {
+        // The branch's own file only when `HEAD` was read as one (not when git named it).
+        (Some(_), Some(_)) if looks.reftable.is_none() => {
             if let Some(loose) = looks.branch.as_deref().map(text) {
                 if is_id(loose.as_bytes()) {
                     return Some(loose);
