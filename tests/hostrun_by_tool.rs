@@ -65,16 +65,11 @@ impl Scratch {
         // `true` last: a write the sandbox refused does not end the run with another status than
         // 0, so a status other than 0 is workcell refusing the run.
         let script = format!("D=/out; H='{}'; M='{}'; cd \"$D\"; {plant}; true", self.out().display(), self.marker(false).display());
-        let o = Command::new(env!("CARGO_BIN_EXE_workcell"))
-            .current_dir(self.root.join("proj"))
-            .env_remove("RUST_LOG")
-            .args(["run", "--backend", backend, "--zone", "out=./out:rw", "--", "sh", "-c", &script])
-            .output()
-            .expect("start workcell");
-        eprintln!("workcell -> {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let o = support::workcell_logged(&self.root.join("proj"), &["run", "--backend", backend, "--zone", "out=./out:rw", "--", "sh", "-c", &script]);
         assert_eq!(o.status.code(), Some(0), "the worker's run was not refused");
         let control = format!("D='{c}'; H='{c}'; M='{}'; cd \"$D\"; {plant}", self.marker(true).display(), c = self.control().display());
-        let c = as_worker("sh")
+        // As the worker's user: the same files, owned alike.
+        let c = support::as_worker("sh")
             .args(["-c", &control])
             .env("HOME", self.home())
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -89,6 +84,27 @@ impl Scratch {
     fn assert_held(&self, tool: &str) {
         assert!(self.marker(true).exists(), "the control: {tool} did not run the plant even outside any sandbox, so this test proves nothing");
         assert!(!self.marker(false).exists(), "the person's {tool} ran what the worker planted");
+    }
+
+    /// The person runs `program` in the zone's folder and in the control's (`args` adds to
+    /// each call, given the folder); then the plant ran in the control's only.
+    fn person_runs(&self, what: &str, program: &str, args: impl Fn(&mut Command, &Path)) {
+        for d in [self.out(), self.control()] {
+            let mut c = self.person(program, &d);
+            args(&mut c, &d);
+            let o = c.output().expect(program);
+            eprintln!("{what} in {}: {:?} {}", d.display(), o.status.code(), String::from_utf8_lossy(&o.stderr));
+        }
+        self.assert_held(what);
+    }
+
+    /// The person's next commit in the zone's folder and in the control's; then the plant ran
+    /// in the control's only.
+    fn commit_in_both(&self, what: &str) {
+        for d in [self.out(), self.control()] {
+            commit(self, &d);
+        }
+        self.assert_held(what);
     }
 
     /// `program` on the host as the person (root here, the worst case; git is told the
@@ -127,18 +143,6 @@ impl Scratch {
             f(&d);
         }
         support::give_to_worker(&self.root.join("proj"));
-    }
-}
-
-/// `program` as the worker's user (the control's plant: the same files, owned alike).
-fn as_worker(program: &str) -> Command {
-    if rustix::process::geteuid().is_root() {
-        let uid = support::worker_uid().to_string();
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", program]);
-        c
-    } else {
-        Command::new(program)
     }
 }
 
@@ -190,10 +194,7 @@ mod body {
             assert!(s.git(d, &["config", "core.hooksPath", ".husky/_"]).status.success());
         });
         s.plant(backend, "echo \"touch $M\" > .husky/pre-commit; echo \"touch $M\" > .husky/pre-push");
-        for d in [s.out(), s.control()] {
-            commit(&s, &d);
-        }
-        s.assert_held("git commit (husky)");
+        s.commit_in_both("git commit (husky)");
     }
 
     /// pre-commit: the installed hook obeys `.pre-commit-config.yaml`; a `repo: local` hook
@@ -214,10 +215,7 @@ mod body {
         });
         let planted = config("touch MARK");
         s.plant(backend, &format!("printf '%s' '{planted}' | sed \"s|MARK|$M|\" > .pre-commit-config.yaml; git add .pre-commit-config.yaml"));
-        for d in [s.out(), s.control()] {
-            commit(&s, &d);
-        }
-        s.assert_held("git commit (pre-commit)");
+        s.commit_in_both("git commit (pre-commit)");
     }
 
     /// lefthook merges `lefthook-local.yml` into its configuration on every hook; the worker
@@ -233,10 +231,7 @@ mod body {
             assert!(o.status.success(), "lefthook install: {}", String::from_utf8_lossy(&o.stderr));
         });
         s.plant(backend, "printf 'pre-commit:\\n  commands:\\n    planted:\\n      run: touch %s\\n' \"$M\" > lefthook-local.yml");
-        for d in [s.out(), s.control()] {
-            commit(&s, &d);
-        }
-        s.assert_held("git commit (lefthook)");
+        s.commit_in_both("git commit (lefthook)");
     }
 
     /// Finding 4: `rust-toolchain.toml`'s `[toolchain] path` names a directory whose
@@ -255,11 +250,9 @@ mod body {
         // under cargo may find first on PATH.
         let proxy = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cargo/bin/cargo")).filter(|p| p.exists());
         let cargo = proxy.map_or("cargo".to_string(), |p| p.display().to_string());
-        for d in [s.out(), s.control()] {
-            let o = s.person(&cargo, &d).arg("--version").output().expect("cargo");
-            eprintln!("cargo --version in {}: {:?} {}", d.display(), o.status.code(), String::from_utf8_lossy(&o.stderr));
-        }
-        s.assert_held("cargo --version (rustup)");
+        s.person_runs("cargo --version (rustup)", &cargo, |c, _| {
+            c.arg("--version");
+        });
     }
 
     /// cargo's `.cargo/config.toml`: `build.rustc-wrapper` runs on the person's `cargo check`.
@@ -277,11 +270,10 @@ mod body {
             "mkdir -p .cargo; printf '#!/bin/sh\\ntouch %s\\nexec \"$@\"\\n' \"$M\" > w.sh; chmod +x w.sh; \
              printf '[build]\\nrustc-wrapper = \"%s/w.sh\"\\n' \"$H\" > .cargo/config.toml",
         );
-        for (d, target) in [(s.out(), "outside/t1"), (s.control(), "outside/t2")] {
-            let o = s.person("cargo", &d).args(["check", "--offline", "-q", "--target-dir"]).arg(s.root.join(target)).output().expect("cargo");
-            eprintln!("cargo check in {}: {:?} {}", d.display(), o.status.code(), String::from_utf8_lossy(&o.stderr));
-        }
-        s.assert_held("cargo check");
+        // A target directory of each folder's own, outside both.
+        s.person_runs("cargo check", "cargo", |c, d| {
+            c.args(["check", "--offline", "-q", "--target-dir"]).arg(s.root.join("outside/target").join(d.file_name().expect("name")));
+        });
     }
 
     /// Finding 8: under `protect: [Makefile]` the worker writes `GNUmakefile`, which GNU make
@@ -293,11 +285,7 @@ mod body {
         let s = Scratch::new("[Makefile]");
         s.both(|d| write(&d.join("Makefile"), "all:\n\t@echo the person's\n"));
         s.plant(backend, "printf 'all:\\n\\ttouch %s\\n' \"$M\" > GNUmakefile; cp GNUmakefile makefile");
-        for d in [s.out(), s.control()] {
-            let o = s.person("make", &d).output().expect("make");
-            eprintln!("make in {}: {:?} {}", d.display(), o.status.code(), String::from_utf8_lossy(&o.stderr));
-        }
-        s.assert_held("make");
+        s.person_runs("make", "make", |_, _| {});
     }
 
     /// Finding 9: under `protect: [package.json]` the worker writes `.npmrc` with
@@ -309,11 +297,9 @@ mod body {
         let s = Scratch::new("[package.json]");
         s.both(|d| write(&d.join("package.json"), "{\"name\": \"p\", \"version\": \"1.0.0\", \"scripts\": {\"test\": \"true\"}}\n"));
         s.plant(backend, "printf '#!/bin/sh\\ntouch %s\\n' \"$M\" > sh.sh; chmod +x sh.sh; printf 'script-shell=%s/sh.sh\\n' \"$H\" > .npmrc");
-        for d in [s.out(), s.control()] {
-            let o = s.person("npm", &d).args(["test", "--silent"]).env("npm_config_cache", s.root.join("outside/npm")).output().expect("npm");
-            eprintln!("npm test in {}: {:?} {}", d.display(), o.status.code(), String::from_utf8_lossy(&o.stderr));
-        }
-        s.assert_held("npm test");
+        s.person_runs("npm test", "npm", |c, _| {
+            c.args(["test", "--silent"]).env("npm_config_cache", s.root.join("outside/npm"));
+        });
     }
 
     /// vim with `exrc` set (in the person's `~/.vimrc`) runs a folder's `.exrc`.
@@ -324,17 +310,9 @@ mod body {
         let s = Scratch::new("[]");
         write(&s.home().join(".vimrc"), "set exrc\n");
         s.plant(backend, "printf 'silent !touch %s\\n' \"$M\" > .exrc");
-        for d in [s.out(), s.control()] {
-            let o = s
-                .person("vim", &d)
-                .args(["-N", "-i", "NONE", "--not-a-term", "-c", "qa!"])
-                .env("TERM", "dumb")
-                .stdin(std::process::Stdio::null())
-                .output()
-                .expect("vim");
-            eprintln!("vim in {}: {:?}", d.display(), o.status.code());
-        }
-        s.assert_held("vim (exrc)");
+        s.person_runs("vim (exrc)", "vim", |c, _| {
+            c.args(["-N", "-i", "NONE", "--not-a-term", "-c", "qa!"]).env("TERM", "dumb").stdin(std::process::Stdio::null());
+        });
     }
 
     /// direnv runs `.envrc` once the person allowed it; the worker rewrites the allowed one.

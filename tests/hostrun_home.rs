@@ -51,27 +51,13 @@ impl Scratch {
     }
 
     fn run(&self, backend: &str, script: &str) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
-            .current_dir(self.root.join("proj"))
-            .env_remove("RUST_LOG")
-            .args(["run", "--backend", backend, "--zone", "h=./h:rw", "--", "sh", "-c", script])
-            .output()
-            .expect("start workcell");
-        eprintln!("workcell -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        out
+        support::workcell_logged(&self.root.join("proj"), &["run", "--backend", backend, "--zone", "h=./h:rw", "--", "sh", "-c", script])
     }
 
     /// `program args` on the host as the zone's owner (the person), with nothing of this
     /// process's environment but `HOME` at the zone.
     fn as_person(&self, program: &str, args: &[&str]) -> Output {
-        let uid = support::worker_uid().to_string();
-        let mut c = if rustix::process::geteuid().is_root() {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "env"]);
-            c
-        } else {
-            Command::new("env")
-        };
+        let mut c = support::as_worker("env");
         c.args(["-i", &format!("HOME={}", self.zone().display()), "PATH=/usr/local/bin:/usr/bin:/bin", "TERM=dumb"]);
         c.arg(format!("TMUX_TMPDIR={}", self.root.display()));
         c.arg(program).args(args).current_dir(&self.root).stdin(Stdio::null());
@@ -90,10 +76,7 @@ impl Scratch {
     }
 
     fn marks_made(&self) -> Vec<String> {
-        let mut m: Vec<String> =
-            std::fs::read_dir(self.marks()).expect("marks").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
-        m.sort();
-        m
+        support::names_in(&self.marks())
     }
 }
 

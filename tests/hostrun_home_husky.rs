@@ -10,7 +10,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 /// husky 9's `.husky/_/h`, the part that matters.
 const H9: &str = "#!/usr/bin/env sh\nn=$(basename \"$0\")\ns=$(dirname \"$(dirname \"$0\")\")/$n\n[ ! -f \"$s\" ] && exit 0\n\
@@ -60,26 +60,12 @@ impl Scratch {
     }
 
     fn run(&self, backend: &str, script: &str) -> Output {
-        let out = Command::new(env!("CARGO_BIN_EXE_workcell"))
-            .current_dir(self.root.join("proj"))
-            .env_remove("RUST_LOG")
-            .args(["run", "--backend", backend, "--zone", "h=./h:rw", "--", "sh", "-c", script])
-            .output()
-            .expect("start workcell");
-        eprintln!("workcell -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        out
+        support::workcell_logged(&self.root.join("proj"), &["run", "--backend", backend, "--zone", "h=./h:rw", "--", "sh", "-c", script])
     }
 
     /// `program args` in `cwd` on the host as the person, `HOME` at the zone.
     fn as_person(&self, cwd: &Path, program: &str, args: &[&str]) -> Output {
-        let uid = support::worker_uid().to_string();
-        let mut c = if rustix::process::geteuid().is_root() {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "env"]);
-            c
-        } else {
-            Command::new("env")
-        };
+        let mut c = support::as_worker("env");
         c.args(["-i", &format!("HOME={}", self.zone().display()), "PATH=/usr/local/bin:/usr/bin:/bin", "GIT_CONFIG_NOSYSTEM=1"]);
         c.args(["GIT_AUTHOR_NAME=p", "GIT_AUTHOR_EMAIL=p@x", "GIT_COMMITTER_NAME=p", "GIT_COMMITTER_EMAIL=p@x"]);
         c.arg(program).args(args).current_dir(cwd).stdin(Stdio::null());
@@ -94,10 +80,7 @@ impl Scratch {
             let out = self.as_person(&self.root.join(r), "git", &["commit", "-q", "--allow-empty", "-m", "person"]);
             assert!(out.status.success(), "git commit in {r}");
         }
-        let mut m: Vec<String> =
-            std::fs::read_dir(self.root.join("marks")).expect("marks").map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect();
-        m.sort();
-        m
+        support::names_in(&self.root.join("marks"))
     }
 }
 

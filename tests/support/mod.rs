@@ -400,3 +400,51 @@ pub fn host_git(dir: &Path, args: &[&str]) -> std::process::Output {
         .output()
         .expect("git runs")
 }
+
+/// `program` on the host as the test worker's user (the zones' owner): through `setpriv` as
+/// root, else as ourselves.
+#[allow(dead_code)]
+pub fn as_worker(program: &str) -> StdCommand {
+    if rustix::process::geteuid().is_root() {
+        let uid = worker_uid().to_string();
+        let mut c = StdCommand::new("setpriv");
+        c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", program]);
+        c
+    } else {
+        StdCommand::new(program)
+    }
+}
+
+/// `workcell ARGS` (the binary under test) in `dir`, without the test's `RUST_LOG` and with no
+/// deadline; its status, stdout and stderr are logged (shown when a test fails).
+#[allow(dead_code)]
+pub fn workcell_logged(dir: &Path, args: &[&str]) -> std::process::Output {
+    let out = StdCommand::new(env!("CARGO_BIN_EXE_workcell")).current_dir(dir).env_remove("RUST_LOG").args(args).output().expect("start workcell");
+    eprintln!("workcell -> {:?}\nstdout: {}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// The names in `dir`, sorted (the marks a planted command left there).
+#[allow(dead_code)]
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut m: Vec<String> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    m.sort();
+    m
+}
+
+/// `workcell run --backend BACKEND EXTRA -- sh -c SCRIPT` in `dir` (not started yet), with
+/// stdin empty and without the test's `RUST_LOG`.
+#[allow(dead_code)]
+pub fn workcell_sh(dir: &Path, backend: &str, extra: &[&str], script: &str) -> StdCommand {
+    let mut c = StdCommand::new(env!("CARGO_BIN_EXE_workcell"));
+    c.current_dir(dir)
+        .env_remove("RUST_LOG")
+        .args(["run", "--backend", backend])
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .stdin(std::process::Stdio::null());
+    c
+}
