@@ -78,14 +78,7 @@ fn quarantined(audit: &[Value]) -> (String, Vec<String>) {
 
 /// `git ARGS` in `dir` on the host, as the zone's owner, with no configuration of ours.
 fn host_git(dir: &Path, home: &Path, args: &[&str]) -> Output {
-    let uid = support::worker_uid().to_string();
-    let mut c = if rustix::process::geteuid().is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "git"]);
-        c
-    } else {
-        Command::new("git")
-    };
+    let mut c = support::as_worker("git");
     c.current_dir(dir).args(args).env("HOME", home).env("GIT_CONFIG_NOSYSTEM", "1").env_remove("GIT_DIR");
     c.output().expect("git")
 }

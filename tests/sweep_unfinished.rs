@@ -79,15 +79,7 @@ fn filler(kind: &str, marker: &Path) -> String {
 
 /// `git status` in `dir` on the host, as the zone's owner, with no configuration of ours.
 fn host_git_status(dir: &Path, home: &Path) {
-    let uid = support::worker_uid().to_string();
-    let mut c = if rustix::process::geteuid().is_root() {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "git"]);
-        c
-    } else {
-        Command::new("git")
-    };
-    let _ = c.current_dir(dir).arg("status").env("HOME", home).env("GIT_CONFIG_NOSYSTEM", "1").env_remove("GIT_DIR").output();
+    let _ = support::as_worker("git").current_dir(dir).arg("status").env("HOME", home).env("GIT_CONFIG_NOSYSTEM", "1").env_remove("GIT_DIR").output();
 }
 
 mod body {
@@ -186,42 +178,13 @@ mod body {
     }
 }
 
-macro_rules! backend_suite {
-    ($module:ident, $backend:literal) => {
-        mod $module {
-            use super::*;
-            const BACKEND: &str = $backend;
-
-            #[test]
-            fn an_unfinished_sweep_fails_and_the_zone_waits() {
-                if support::backend_ready(BACKEND) {
-                    body::an_unfinished_sweep_fails_and_the_zone_waits(BACKEND);
-                }
-            }
-
-            #[test]
-            fn hard_links_count_once() {
-                if support::backend_ready(BACKEND) {
-                    body::hard_links_count_once(BACKEND);
-                }
-            }
-
-            #[test]
-            fn a_crowded_directory_is_moved_aside_whole() {
-                if support::backend_ready(BACKEND) {
-                    body::a_crowded_directory_is_moved_aside_whole(BACKEND);
-                }
-            }
-
-            #[test]
-            fn an_mcp_call_that_fills_the_zone_fails() {
-                if support::backend_ready(BACKEND) {
-                    body::an_mcp_call_that_fills_the_zone_fails(BACKEND);
-                }
-            }
-        }
-    };
-}
-
-backend_suite!(bwrap, "bwrap");
-backend_suite!(docker, "docker");
+support::backend_suite!(
+    bwrap,
+    "bwrap",
+    [an_unfinished_sweep_fails_and_the_zone_waits, hard_links_count_once, a_crowded_directory_is_moved_aside_whole, an_mcp_call_that_fills_the_zone_fails]
+);
+support::backend_suite!(
+    docker,
+    "docker",
+    [an_unfinished_sweep_fails_and_the_zone_waits, hard_links_count_once, a_crowded_directory_is_moved_aside_whole, an_mcp_call_that_fills_the_zone_fails]
+);
