@@ -13,7 +13,7 @@ mod support;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::Value;
 use support::remote::RemoteEngine;
@@ -66,15 +66,7 @@ impl Scratch {
     }
 
     fn run(&self, backend: &str, extra: &[&str], script: &str) -> Output {
-        let out = Command::new(assert_cmd::cargo::cargo_bin("workcell"))
-            .current_dir(&self.dir)
-            .env_remove("RUST_LOG")
-            .args(["run", "--backend", backend])
-            .args(extra)
-            .args(["--", "sh", "-c", script])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run workcell");
+        let out = support::workcell_sh(&self.dir, backend, extra, script).output().expect("run workcell");
         eprintln!("exit {:?}\nstderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
         out
     }

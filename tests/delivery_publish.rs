@@ -8,7 +8,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -35,15 +35,7 @@ impl Scratch {
     }
 
     fn run(&self, backend: &str, extra: &[&str], script: &str) -> Output {
-        let out = Command::new(assert_cmd::cargo::cargo_bin("workcell"))
-            .current_dir(&self.dir)
-            .env_remove("RUST_LOG")
-            .args(["run", "--backend", backend])
-            .args(extra)
-            .args(["--", "sh", "-c", script])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run workcell");
+        let out = support::workcell_sh(&self.dir, backend, extra, script).output().expect("run workcell");
         let err = String::from_utf8_lossy(&out.stderr);
         eprintln!("exit {:?}\nstderr ({} bytes): {}", out.status.code(), err.len(), err.chars().take(4000).collect::<String>());
         out
