@@ -167,6 +167,27 @@ pub const TOOLS: &[Tool] = &[
         scope: Scope::Always,
     },
     Tool {
+        tool: "Dev Containers (VS Code, `devcontainer` CLI)",
+        runs: "`initializeCommand` on the host, before the container is made",
+        paths: &[".devcontainer", ".devcontainer.json"],
+        trigger: "opening the folder in VS Code (it offers to reopen it in the container), `devcontainer up`",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "Zed",
+        runs: "language servers and tasks its project settings name",
+        paths: &[".zed"],
+        trigger: "opening the folder in Zed",
+        scope: Scope::Always,
+    },
+    Tool {
+        tool: "mise",
+        runs: "`_.source` scripts of `[env]`, `[hooks]` and tasks of its configuration (once the file is trusted; trust is by path)",
+        paths: &["mise.toml", "mise.*.toml", ".mise.toml", ".mise.*.toml", "mise/config.toml", ".mise", ".config/mise", ".config/mise.toml"],
+        trigger: "`cd` into the folder with mise active in the shell",
+        scope: Scope::Always,
+    },
+    Tool {
         tool: "bash, zsh, fish",
         runs: "their start-up files",
         paths: &[
