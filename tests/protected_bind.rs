@@ -19,30 +19,7 @@ const PREAPPROVED: &str = "approval: {write: preApproved, delete: preApproved}";
 /// `git ARGS` in `dir` on the host, as the owner of `dir` (the person), with no system or
 /// global configuration of the test machine's.
 fn git(dir: &Path, args: &[&str]) -> Output {
-    let home = dir.parent().expect("parent").join(".githome");
-    let _ = std::fs::create_dir_all(&home);
-    support::give_to_worker(&home);
-    let mut c = if rustix::process::geteuid().as_raw() == 0 {
-        let mut c = Command::new("setpriv");
-        let id = support::TEST_WORKER_UID.to_string();
-        c.args(["--reuid", &id, "--regid", &id, "--clear-groups", "git"]);
-        c
-    } else {
-        Command::new("git")
-    };
-    let out = c
-        .args(args)
-        .current_dir(dir)
-        .env("HOME", &home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "person")
-        .env("GIT_AUTHOR_EMAIL", "person@example.com")
-        .env("GIT_COMMITTER_NAME", "person")
-        .env("GIT_COMMITTER_EMAIL", "person@example.com")
-        .output()
-        .expect("git");
-    out
+    support::as_person(dir, &dir.parent().expect("parent").join(".githome"), "git", args)
 }
 
 #[track_caller]

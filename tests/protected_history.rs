@@ -15,30 +15,7 @@ const CONFIG: &str = "sandbox:\n  protect: [Makefile]\n  zones:\n    data: {mode
 /// `ARGS` run on the host in `dir` as the person (the zone's owner), with no configuration
 /// of the test machine's.
 fn as_person(dir: &Path, args: &[&str]) -> Output {
-    let home = dir.parent().expect("parent").join(".home");
-    let _ = std::fs::create_dir_all(&home);
-    support::give_to_worker(&home);
-    let mut c = if rustix::process::geteuid().is_root() {
-        let mut c = Command::new("setpriv");
-        let id = support::TEST_WORKER_UID.to_string();
-        c.args(["--reuid", &id, "--regid", &id, "--clear-groups"]);
-        c.args(args);
-        c
-    } else {
-        let mut c = Command::new(args[0]);
-        c.args(&args[1..]);
-        c
-    };
-    c.current_dir(dir)
-        .env("HOME", &home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "person")
-        .env("GIT_AUTHOR_EMAIL", "person@example.com")
-        .env("GIT_COMMITTER_NAME", "person")
-        .env("GIT_COMMITTER_EMAIL", "person@example.com")
-        .output()
-        .expect("start")
+    support::as_person(dir, &dir.parent().expect("parent").join(".home"), args[0], &args[1..])
 }
 
 #[track_caller]

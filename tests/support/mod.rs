@@ -448,3 +448,24 @@ pub fn workcell_sh(dir: &Path, backend: &str, extra: &[&str], script: &str) -> S
         .stdin(std::process::Stdio::null());
     c
 }
+
+/// `program ARGS` on the host in `dir` as the person (the zones' owner, see [`as_worker`]),
+/// with `HOME` at `home` (made and given to them) and none of the test machine's git
+/// configuration: no system or global file, the person's own identity.
+#[allow(dead_code)]
+pub fn as_person(dir: &Path, home: &Path, program: &str, args: &[&str]) -> std::process::Output {
+    let _ = std::fs::create_dir_all(home);
+    give_to_worker(home);
+    as_worker(program)
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "person")
+        .env("GIT_AUTHOR_EMAIL", "person@example.com")
+        .env("GIT_COMMITTER_NAME", "person")
+        .env("GIT_COMMITTER_EMAIL", "person@example.com")
+        .output()
+        .unwrap_or_else(|e| panic!("start {program}: {e}"))
+}
