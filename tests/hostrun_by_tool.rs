@@ -352,6 +352,30 @@ mod body {
             assert!(s.out().join(p).symlink_metadata().is_err(), "{p} stayed in place");
         }
     }
+    /// Editors' and environment managers' folder files: Dev Containers (`initializeCommand`
+    /// runs on the host), Zed (`lsp.*.binary.path`), mise (`[env] _.source`). None is
+    /// installed here; the stand-in for each tool is reading the file it would read: the
+    /// person's stays as it was, a new one is moved aside.
+    pub fn container_editor_and_mise_files(backend: &str) {
+        let s = Scratch::new("[]");
+        let person = "{\"image\": \"debian\"}\n";
+        write(&s.out().join(".devcontainer/devcontainer.json"), person);
+        support::give_to_worker(&s.out());
+        s.plant(
+            backend,
+            "echo \"{\\\"initializeCommand\\\": \\\"touch $M\\\"}\" | tee .devcontainer/devcontainer.json > .devcontainer.json; \
+             mkdir -p .zed .config/mise; echo '{\"lsp\": {\"x\": {\"binary\": {\"path\": \"/bin/sh\"}}}}' > .zed/settings.json; \
+             printf '[env]\\n_.source = \"./env.sh\"\\n' | tee mise.toml .mise.local.toml > .config/mise/config.toml",
+        );
+        assert_eq!(
+            std::fs::read_to_string(s.out().join(".devcontainer/devcontainer.json")).expect("devcontainer.json"),
+            person,
+            "the worker rewrote .devcontainer/devcontainer.json"
+        );
+        for p in [".devcontainer.json", ".zed/settings.json", "mise.toml", ".mise.local.toml", ".config/mise/config.toml"] {
+            assert!(s.out().join(p).symlink_metadata().is_err(), "{p} stayed in place");
+        }
+    }
 }
 
 support::backend_suite!(
@@ -367,7 +391,8 @@ support::backend_suite!(
         npmrc_script_shell,
         vim_exrc,
         direnv_envrc,
-        agent_folders
+        agent_folders,
+        container_editor_and_mise_files
     ]
 );
 support::backend_suite!(
@@ -383,6 +408,7 @@ support::backend_suite!(
         npmrc_script_shell,
         vim_exrc,
         direnv_envrc,
-        agent_folders
+        agent_folders,
+        container_editor_and_mise_files
     ]
 );
