@@ -110,6 +110,9 @@ mod body {
         let p = Proj::new(", max_file_bytes: 1k");
         sparse(&p.out("big.md"), b"", 4 << 30);
         std::fs::write(p.out("small.md"), "small").unwrap();
+        // The worker's project and files: it publishes only what its user may write (as root
+        // the worker is the project directory's owner).
+        support::give_to_worker(&p.dir);
         let before = std::fs::metadata(p.out("big.md")).unwrap();
         // The worker sees no big.md, its copy takes almost no room, and what it writes at
         // big.md's place is refused: the host's is never replaced.
@@ -153,6 +156,7 @@ mod body {
     /// host's disk gets its data, not its length of zeros.
     pub fn a_sparse_file_the_worker_leaves_is_published_sparse(backend: &str) {
         let p = Proj::new("");
+        support::give_to_worker(&p.dir);
         let out = p.run(backend, "cd /out && truncate -s 256M disk.img && echo tail >> disk.img");
         assert_eq!(out.status.code(), Some(0));
         assert_eq!(summary(&out)["added"], serde_json::json!(["disk.img"]));

@@ -262,8 +262,12 @@ impl Looks {
 impl Watched {
     fn check(&self, run_id: &str) -> Report {
         let mut report = Report { target: self.target.clone(), host: self.host.clone(), repository: self.label.clone(), ..Report::default() };
-        if let Err(e) = self.judge(run_id, &mut report) {
-            report.problem = Some(e.to_string());
+        match self.judge(run_id, &mut report) {
+            // git itself finds no repository there (a `.git` of a config and hooks only): no
+            // git command of the person's sees a branch or an index in it to bring back.
+            Err(GitError::Failed { stderr, .. }) if stderr.contains("not a git repository") => {}
+            Err(e) => report.problem = Some(e.to_string()),
+            Ok(()) => {}
         }
         report
     }
