@@ -58,10 +58,14 @@ fn fixture() -> &'static Fixture {
             by_family: vec![],
             bound: vec![],
             protection,
+            looked: Default::default(),
         };
         // What exists before a run (the repository's config and hooks) stays; the cache is
         // warm after this walk.
         area.bound = quarantine::existing(&area);
+        assert!(quarantine::sweep(&area, "warm").is_empty());
+        // Records trusted only once the tree has been still for the margin (`hostrun::looked`).
+        std::thread::sleep(std::time::Duration::from_nanos(workcell::hostrun::looked::MARGIN_NS as u64 + 100_000_000));
         assert!(quarantine::sweep(&area, "warm").is_empty());
         Fixture { _tmp: tmp, area }
     })
@@ -73,8 +77,17 @@ fn existing_100k_files() -> Vec<workcell::plan::BoundPath> {
     quarantine::existing(&fixture().area)
 }
 
-/// One sweep of the whole zone (100,000 files, 1,011 directories, a git repository).
+/// One sweep of the whole zone (100,000 files, 1,011 directories, a git repository), every
+/// directory listed: no records (the first run in a checkout).
 #[divan::bench(sample_count = 20)]
 fn sweep_100k_files() -> quarantine::Report {
+    let area = ProtectedArea { looked: Default::default(), ..fixture().area.clone() };
+    quarantine::sweep(&area, "bench")
+}
+
+/// The same sweep with the records of the one before (`hostrun::looked`): nothing changed,
+/// so no directory is listed, each is only opened and its status read.
+#[divan::bench(sample_count = 20)]
+fn sweep_100k_files_unchanged() -> quarantine::Report {
     quarantine::sweep(&fixture().area, "bench")
 }

@@ -28,6 +28,7 @@ mod against_globs;
 mod forms;
 pub mod history;
 pub mod home;
+pub mod looked;
 pub mod quarantine;
 pub(crate) mod remove;
 pub mod tally;

@@ -19,5 +19,6 @@ pub mod plan;
 pub mod pool;
 pub mod run;
 pub mod sandbox;
+pub mod statedir;
 pub mod term;
 pub mod tools;

@@ -41,11 +41,14 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use serde::Serialize;
 
+mod frame;
 mod made;
 
+use super::looked::Looking;
 use super::tally::{self, Tally};
 use super::{remove, Kind};
 use crate::plan::{BoundPath, ProtectedArea};
+use frame::Frame;
 use made::make_quarantine;
 
 /// How many directories the walk holds open at once (the depth it checks).
@@ -146,9 +149,14 @@ pub fn sweep(area: &ProtectedArea, run_id: &str) -> Report {
         bound,
         base_len: 0,
         pending: Vec::new(),
+        looking: Some(Looking::new(held.0.as_fd(), &area.protection, |key| area.looked.take(key))),
     };
     if let Err(e) = s.walk(held.0.as_fd(), &[]) {
         s.report.incomplete = Some(format!("cannot read the area: {e}"));
+    }
+    // The records of a walk that went to its end, for the next one (`super::looked`).
+    if let Some(looking) = s.looking.take().filter(|_| s.report.incomplete.is_none()) {
+        area.looked.put(looking.after, looking.listed);
     }
     // Directories moved whole, walked in the quarantine; each entry is still looked at once.
     while let Some(moved) = s.pending.pop() {
@@ -182,6 +190,7 @@ pub fn existing(area: &ProtectedArea) -> Vec<BoundPath> {
         bound: HashSet::new(),
         base_len: 0,
         pending: Vec::new(),
+        looking: None,
     };
     let _ = s.walk(held.0.as_fd(), &[]);
     s.found.unwrap_or_default()
@@ -209,40 +218,37 @@ struct Sweep<'a> {
     base_len: usize,
     /// Directories moved into the quarantine whole for being protected, not walked yet.
     pending: Vec<CString>,
+    /// The records this walk trusts and makes (the area's own tree only, not what it moved).
+    looking: Option<Looking>,
 }
 
 /// This run's quarantine directory, and its identity (device, inode).
 type Made = (OwnedFd, (u64, u64));
-
-/// A directory being listed, the length of its path in the walk's path buffer, its device
-/// and how many names it has listed so far.
-struct Frame {
-    dir: Dir,
-    rel_len: usize,
-    dev: u64,
-    listed: u64,
-}
-
-impl Frame {
-    fn new(dir: Dir, rel_len: usize) -> io::Result<Frame> {
-        let dev = rustix::fs::fstat(dir.fd()?)?.st_dev;
-        Ok(Frame { dir, rel_len, dev, listed: 0 })
-    }
-}
 
 impl Sweep<'_> {
     /// Walks beneath `root`, which is at `base` in the area (empty: the area's root).
     fn walk(&mut self, root: BorrowedFd<'_>, base: &[u8]) -> io::Result<()> {
         let mut rel: Vec<u8> = base.to_vec();
         self.base_len = if base.is_empty() { 0 } else { base.len() + 1 };
-        let mut stack = vec![Frame::new(list(root)?, rel.len())?];
-        self.git_dir_inside(stack[0].dir.fd()?, &rel);
+        let records = base.is_empty();
+        let mut stack = vec![Frame::new(open_dir(root, c".")?, &rel, self.looking.as_mut().filter(|_| records))?];
+        self.git_dir_inside(stack[0].fd()?, &rel);
         loop {
             let depth = stack.len();
             let Some(top) = stack.last_mut() else { break };
-            let entry = match top.dir.read() {
+            if top.unlisted > 0 {
+                if let Err(over) = self.tally.count_unlisted(std::mem::take(&mut top.unlisted)) {
+                    self.report.incomplete = Some(format!("it stopped at {over}"));
+                    return Ok(());
+                }
+            }
+            let entry = match top.next() {
                 None => {
-                    stack.pop();
+                    if let (Some(frame), Some(looking)) = (stack.pop(), &mut self.looking) {
+                        if let Some(listing) = frame.listing {
+                            looking.listed(&rel[..frame.rel_len], listing);
+                        }
+                    }
                     continue;
                 }
                 // A directory that stops reading part-way: what it still holds is unknown.
@@ -253,7 +259,7 @@ impl Sweep<'_> {
                 }
                 Some(Ok(e)) => e,
             };
-            let name = entry.file_name();
+            let (name, file_type, ino) = (entry.0.as_c_str(), entry.1, entry.2);
             if name == c"." || name == c".." {
                 continue;
             }
@@ -264,7 +270,7 @@ impl Sweep<'_> {
                 self.set_aside_below(&stack, &mut rel, dir, Why::Crowded { entries: tally::max_dir_entries() });
                 continue;
             }
-            if let Err(over) = self.tally.count(top.dev, entry.ino(), entry.file_type() == FileType::Directory) {
+            if let Err(over) = self.tally.count(top.dev, ino, file_type == FileType::Directory) {
                 self.report.incomplete = Some(format!("it stopped at {over}"));
                 return Ok(());
             }
@@ -273,18 +279,24 @@ impl Sweep<'_> {
                 rel.push(b'/');
             }
             rel.extend_from_slice(name.to_bytes());
-            let parent = top.dir.fd()?;
-            let mut kind = match entry.file_type() {
+            let mut kind = match file_type {
                 FileType::Directory => Kind::Dir,
-                FileType::Unknown => match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                FileType::Unknown => match rustix::fs::statat(top.fd()?, name, AtFlags::SYMLINK_NOFOLLOW) {
                     Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => Kind::Dir,
                     Ok(_) => Kind::Other,
                     Err(_) => continue,
                 },
                 _ => Kind::Other,
             };
+            let (area, base_len) = (self.area, self.base_len);
+            let judged = |kind| area.protection.matches_any_case(Path::new(OsStr::from_bytes(&rel[base_len..])), kind);
+            let mut matched = judged(kind);
+            if let Some(listing) = &mut top.listing {
+                listing.note(Path::new(OsStr::from_bytes(&rel[base_len..])), name.to_bytes(), kind == Kind::Dir, ino, matched.is_some());
+            }
+            let parent = top.fd()?;
             loop {
-                if let Some(entry) = self.area.protection.matches_any_case(Path::new(OsStr::from_bytes(&rel[self.base_len..])), kind) {
+                if let Some(entry) = matched {
                     if !self.was_bound(parent, name) {
                         let entry = entry.to_string();
                         self.neutralise(parent, name, &rel, Why::Protected { entry });
@@ -303,11 +315,10 @@ impl Sweep<'_> {
                         if self.is_quarantine(&fd) {
                             break;
                         }
-                        match Dir::new(fd) {
-                            Ok(dir) => {
-                                let rel_len = rel.len();
-                                self.git_dir_inside(dir.fd()?, &rel);
-                                stack.push(Frame::new(dir, rel_len)?);
+                        match Frame::new(fd, &rel, self.looking.as_mut().filter(|_| records)) {
+                            Ok(frame) => {
+                                self.git_dir_inside(frame.fd()?, &rel);
+                                stack.push(frame);
                             }
                             Err(e) => self.neutralise(parent, name, &rel, Why::Unreadable { error: e.to_string() }),
                         }
@@ -317,6 +328,7 @@ impl Sweep<'_> {
                     // Swapped for a link or a file meanwhile: judged again as what it is.
                     Err(Errno::NOTDIR | Errno::LOOP) => {
                         kind = Kind::Other;
+                        matched = judged(kind);
                         continue;
                     }
                     Err(e) => self.neutralise(parent, name, &rel, Why::Unreadable { error: e.to_string() }),
@@ -340,7 +352,7 @@ impl Sweep<'_> {
         };
         rel.truncate(len);
         let name_start = rel.iter().rposition(|b| *b == b'/').map_or(0, |i| i + 1);
-        let (Ok(name), Ok(pfd)) = (CString::new(&rel[name_start..]), parent.dir.fd()) else { return };
+        let (Ok(name), Ok(pfd)) = (CString::new(&rel[name_start..]), parent.fd()) else { return };
         let path = rel.clone();
         self.neutralise(pfd, &name, &path, why);
     }

@@ -18,6 +18,7 @@ fn area(dir: &Path) -> ProtectedArea {
         by_family: vec![],
         bound: vec![],
         protection,
+        looked: Default::default(),
     }
 }
 

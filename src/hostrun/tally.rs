@@ -102,6 +102,20 @@ impl Tally {
         Ok(())
     }
 
+    /// Counts `n` names of a directory not listed again (`super::looked`): each as an entry
+    /// of its own (hard links among them are not known: the bound comes sooner, not later).
+    pub fn count_unlisted(&mut self, n: u64) -> Result<(), Over> {
+        self.names += n;
+        if self.names > self.max_entries.saturating_mul(NAMES_PER_ENTRY) {
+            return Err(Over::Names(self.max_entries.saturating_mul(NAMES_PER_ENTRY)));
+        }
+        self.entries += n;
+        if self.entries > self.max_entries {
+            return Err(Over::Entries(self.max_entries));
+        }
+        Ok(())
+    }
+
     /// Whether this inode was not seen before (noted, while there is room: one that could
     /// not be noted counts again at its next name).
     fn first_sight(&mut self, dev: u64, ino: u64) -> bool {

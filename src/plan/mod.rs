@@ -209,6 +209,9 @@ pub struct ProtectedArea {
     pub bound: Vec<BoundPath>,
     #[serde(skip)]
     pub protection: crate::hostrun::Protection,
+    /// What the walks saw of each directory, for the next walk (`hostrun::looked`).
+    #[serde(skip)]
+    pub looked: crate::hostrun::looked::Records,
 }
 
 /// A protected path that existed at launch and is bound read-only over itself.
@@ -512,7 +515,7 @@ impl LaunchPlan {
         // the control files and the files the host runs, read-only, their parents pinned.
         let control = control::control_mounts(project, &mounts)?;
         let copies = copy_mounts(sandbox, &named, &control)?;
-        let (protected, hostrun) = protected::protected_areas(sandbox, &named, &control)?;
+        let (protected, hostrun) = protected::protected_areas(sandbox, &project.dir, &named, &control)?;
         let kept: Vec<pin::Pinned> = control.into_iter().chain(hostrun).collect();
         let mut mounts = mounts;
         pin::assemble(&mut mounts, &kept);

@@ -19,7 +19,8 @@
 //! does not stop writes through another name elsewhere in a writable zone, and such a link
 //! can only have been made before the run (a link across mounts fails with `EXDEV`).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -29,6 +30,7 @@ use super::hookspath::{self, Target};
 use super::pin::{pin, within, zone_dir, Opened, Pinned};
 use super::{BoundPath, PlanMount, ProtectedArea};
 use crate::hostrun::home::{self, Home};
+use crate::hostrun::looked::{self, Looked, Looking, Records};
 use crate::hostrun::tally::{self, Over, Tally};
 use crate::hostrun::{Kind, Protection};
 use crate::sandbox::{Delivery, Sandbox};
@@ -83,6 +85,7 @@ pub enum ProtectError {
 /// bound over the zones (the control files), whose insides are not walked.
 pub(super) fn protected_areas(
     sandbox: &Sandbox,
+    project_dir: &Path,
     zones: &[(PlanMount, String)],
     other: &[Pinned],
 ) -> Result<(Vec<ProtectedArea>, Vec<Pinned>), super::PlanError> {
@@ -92,7 +95,7 @@ pub(super) fn protected_areas(
     // Zones that are a home by where they are, then those whose walk met a start-up file
     // (`hostrun::home`): one more walk with the home entries.
     let mut homes: Vec<(String, Home)> = zones.iter().filter_map(|(m, _)| home::by_path(&m.source).map(|h| (m.target.clone(), h))).collect();
-    let mut walked = walk_zones(sandbox, zones, other, &hooks, &homes)?;
+    let mut walked = walk_zones(sandbox, project_dir, zones, other, &hooks, &homes)?;
     let named: Vec<Target> = hookspath::in_walked(&walked).into_iter().filter(|t| !hooks.contains(t)).collect();
     let found_homes: Vec<(String, Home)> = walked
         .iter()
@@ -102,10 +105,12 @@ pub(super) fn protected_areas(
     // A zone its configuration made a home already was walked with the home entries.
     let rewalk = found_homes.iter().any(|(t, _)| walked.iter().any(|w| w.m.target == *t && !home::widened(&w.protection)));
     homes.extend(found_homes);
+    let mut first: Vec<(String, Looked)> = Vec::new();
     if !named.is_empty() || rewalk {
         hooks.extend(named);
-        drop(walked);
-        walked = walk_zones(sandbox, zones, other, &hooks, &homes)?;
+        // The first walk's records are kept too: the next launch walks with both again.
+        first = walked.into_iter().map(|w| (w.m.target.clone(), w.looking.after)).collect();
+        walked = walk_zones(sandbox, project_dir, zones, other, &hooks, &homes)?;
     }
     let mut budget = Budget::default();
     let mut areas = Vec::new();
@@ -142,6 +147,10 @@ pub(super) fn protected_areas(
             by_family: w.protection.families().to_vec(),
             bound,
             protection: w.protection.clone(),
+            looked: Records::new(
+                first.iter().filter(|(t, _)| *t == w.m.target).map(|(_, l)| l.clone()).chain([w.looking.after.clone()]).collect(),
+                w.looking.listed,
+            ),
         });
     }
     Ok((areas, binds))
@@ -151,6 +160,7 @@ pub(super) fn protected_areas(
 /// plus the hook directories of `hooks`, and the home entries where `homes` names it.
 fn walk_zones<'a>(
     sandbox: &Sandbox,
+    project_dir: &Path,
     zones: &'a [(PlanMount, String)],
     other: &[Pinned],
     hooks: &[Target],
@@ -180,9 +190,10 @@ fn walk_zones<'a>(
                 home::widen(&protection).map_err(|e| super::PlanError::Protected { zone: m.target.clone(), reason: ProtectError::Home(e.to_string()) })?;
         }
         let mut startup = None;
-        let found =
-            walk(&dir, &protection, &skip, &mut budget, &mut startup).map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
-        walked.push(Walked { m, protection, dir, found, startup });
+        let mut looking = Looking::new(dir.as_fd(), &protection, |key| looked::store::load(project_dir, dir.as_fd(), key));
+        let found = walk(&dir, &protection, &skip, &mut budget, &mut startup, &mut looking)
+            .map_err(|reason| super::PlanError::Protected { zone: m.target.clone(), reason })?;
+        walked.push(Walked { m, protection, dir, found, startup, looking });
     }
     super::gitdir::add_named_git_dirs(&mut walked);
     Ok(walked)
@@ -197,7 +208,12 @@ pub(super) struct Walked<'a> {
     pub found: Vec<(PathBuf, String)>,
     /// The first shell start-up file the walk met (`hostrun::home`): the zone is a home.
     pub startup: Option<PathBuf>,
+    /// The records the walk trusted and made (`hostrun::looked`).
+    pub looking: Looking,
 }
+
+/// A name of a directory: the name, its kind as the listing says, its inode.
+type Name = (Vec<u8>, FileType, u64);
 
 /// What the walks of one run have used.
 #[derive(Default)]
@@ -209,13 +225,15 @@ struct Budget {
 
 /// The protected paths beneath the directory `dir`, relative to it, with the entry that
 /// protects each, outer first. Never follows a link; does not descend into a match or a
-/// path of `skip`. `startup` is set to the first shell start-up file met.
+/// path of `skip`. `startup` is set to the first shell start-up file met. A directory that
+/// `looking` has a trusted record of is not listed: its record says what it holds.
 fn walk(
     dir: &OwnedFd,
     protection: &Protection,
     skip: &[PathBuf],
     budget: &mut Budget,
     startup: &mut Option<PathBuf>,
+    looking: &mut Looking,
 ) -> Result<Vec<(PathBuf, String)>, ProtectError> {
     let mut found = Vec::new();
     // Each directory still to read: its parent's handle, its name and its path. A parent's
@@ -232,15 +250,29 @@ fn walk(
             }
             return Err(ProtectError::TooDeep(rel.to_string_lossy().into_owned()));
         }
-        let entries = rustix::fs::Dir::read_from(&*fd).map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
+        let unreadable = |e: &dyn std::fmt::Display| ProtectError::Unreadable(shown(&rel), e.to_string());
+        // The status before the listing: a change after it shows as a later ctime.
+        let st = rustix::fs::fstat(&*fd).map_err(|e| unreadable(&e))?;
+        let dev = st.st_dev;
+        let trusted = looking.trusted(rel.as_os_str().as_bytes(), &st);
+        let mut listing = None;
+        let names: Box<dyn Iterator<Item = Result<Name, ProtectError>>> = match &trusted {
+            Some(seen) => {
+                budget.tally.count_unlisted(seen.others).map_err(ProtectError::TooMany)?;
+                Box::new(seen.entries().map(|(n, t, ino)| Ok((n.as_bytes().to_vec(), t, ino))))
+            }
+            None => {
+                listing = Some(looking.listing(&st));
+                let entries = rustix::fs::Dir::read_from(&*fd).map_err(|e| unreadable(&e))?;
+                Box::new(entries.map(|e| e.map(|e| (e.file_name().to_bytes().to_vec(), e.file_type(), e.ino())).map_err(|e| unreadable(&e))))
+            }
+        };
         // What makes this directory a git directory, whatever its name (a bare repository:
         // git uses the config of one it finds itself in).
         let mut git_marks = 0u8;
-        let dev = rustix::fs::fstat(&*fd).map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?.st_dev;
         let mut listed = 0u64;
-        for e in entries {
-            let e = e.map_err(|e| ProtectError::Unreadable(shown(&rel), e.to_string()))?;
-            let name = e.file_name().to_bytes();
+        for e in names {
+            let (name, file_type, ino) = e?;
             if name == b"." || name == b".." {
                 continue;
             }
@@ -249,15 +281,15 @@ fn walk(
                 // One the sweep moved into the quarantine for this: moved again by this run's
                 // sweep, never a reason to refuse every later run.
                 if rel.starts_with(crate::hostrun::quarantine::DIR) {
+                    listing = None;
                     break;
                 }
                 return Err(ProtectError::Crowded(shown(&rel), tally::max_dir_entries()));
             }
-            budget.tally.count(dev, e.ino(), e.file_type() == FileType::Directory).map_err(ProtectError::TooMany)?;
-            let name = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name);
+            budget.tally.count(dev, ino, file_type == FileType::Directory).map_err(ProtectError::TooMany)?;
+            let name = std::ffi::OsStr::from_bytes(&name);
             let path = rel.join(name);
-            let kind = match e.file_type() {
-                FileType::Directory => FileType::Directory,
+            let kind = match file_type {
                 FileType::Unknown => {
                     rustix::fs::statat(&*fd, name, AtFlags::SYMLINK_NOFOLLOW).map(|st| FileType::from_raw_mode(st.st_mode)).unwrap_or(FileType::Unknown)
                 }
@@ -267,13 +299,17 @@ fn walk(
             if startup.is_none() && home::is_startup(&path) {
                 *startup = Some(path.clone());
             }
-            git_marks |= match (name.as_encoded_bytes(), is_dir) {
+            git_marks |= match (name.as_bytes(), is_dir) {
                 (b"HEAD", false) => 1,
                 (b"objects", true) => 2,
                 (b"refs", true) => 4,
                 _ => 0,
             };
-            if let Some(entry) = protection.matches_any_case(&path, if is_dir { Kind::Dir } else { Kind::Other }) {
+            let matched = protection.matches_any_case(&path, if is_dir { Kind::Dir } else { Kind::Other });
+            if let Some(l) = &mut listing {
+                l.note(&path, name.as_bytes(), is_dir, ino, matched.is_some());
+            }
+            if let Some(entry) = matched {
                 found.push((path, entry.to_string()));
                 continue;
             }
@@ -287,6 +323,9 @@ fn walk(
                 Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR | rustix::io::Errno::NOENT) => {}
                 Err(e) => return Err(ProtectError::Unreadable(shown(&path), e.to_string())),
             }
+        }
+        if let Some(l) = listing {
+            looking.listed(rel.as_os_str().as_bytes(), l);
         }
         if git_marks == 7 {
             found.extend(super::gitdir::INSIDE.iter().map(|n| (rel.join(n), ".git".to_string())));

@@ -8,6 +8,9 @@ use std::borrow::Cow;
 
 use crate::audit::AuditLog;
 use crate::backend::{Finished, Output};
+use std::os::fd::AsFd;
+
+use crate::hostrun::looked;
 use crate::hostrun::quarantine::{self, Outcome, Report, Why, DIR, MAX_DEPTH};
 use crate::plan::LaunchPlan;
 
@@ -15,8 +18,15 @@ use crate::plan::LaunchPlan;
 pub const LISTED: usize = 20;
 
 /// Sweeps every protected area of `plan`; returns the reports that say something.
+/// What the walks saw is kept for the next run's (`hostrun::looked`), when it changed.
 pub(super) fn sweep(plan: &LaunchPlan) -> Vec<Report> {
-    plan.protected.iter().map(|a| quarantine::sweep(a, &plan.run_id)).filter(|r| !r.is_empty()).collect()
+    let reports = plan.protected.iter().map(|a| quarantine::sweep(a, &plan.run_id)).collect::<Vec<_>>();
+    for a in &plan.protected {
+        if let (Some(held), Some(looks)) = (&a.held, a.looked.to_keep()) {
+            looked::store::save(&plan.project_dir, held.0.as_fd(), &looks);
+        }
+    }
+    reports.into_iter().filter(|r| !r.is_empty()).collect()
 }
 
 /// Tells what `reports` found: into a captured run's stderr (after the worker's, past its
