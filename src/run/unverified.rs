@@ -21,8 +21,6 @@
 //! and `workcell unverified --clear DIR` forgets one. A fresh sweep could not do it for
 //! them: it cannot tell the person's own `.git/config` from one a worker planted.
 
-use std::ffi::CString;
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
@@ -199,22 +197,13 @@ fn name_of(zone: BorrowedFd<'_>) -> std::io::Result<String> {
 
 fn write(project_dir: &Path, zone: BorrowedFd<'_>, marker: &Marker) -> std::io::Result<()> {
     let dir = open_markers(project_dir, true)?;
-    let name = CString::new(name_of(zone)?).map_err(std::io::Error::other)?;
-    let fd = rustix::fs::openat(&dir, &name, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
-    let mut f = std::fs::File::from(fd);
-    f.write_all(&serde_json::to_vec_pretty(marker).map_err(std::io::Error::other)?)?;
-    f.sync_all()
+    let bytes = serde_json::to_vec_pretty(marker).map_err(std::io::Error::other)?;
+    crate::statedir::replace(dir.as_fd(), &name_of(zone)?, &bytes, true)
 }
 
 /// A marker beneath `dir`, when there is one (a regular file, no link followed).
 fn read(dir: BorrowedFd<'_>, name: &str) -> std::io::Result<Option<Marker>> {
-    let fd = match rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(Errno::NOENT) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let mut text = Vec::new();
-    std::fs::File::from(fd).take(MARKER_MAX).read_to_end(&mut text)?;
+    let Some(text) = crate::statedir::read(dir, name, MARKER_MAX)? else { return Ok(None) };
     // A marker that cannot be read back still marks its zone: unverified, reason unknown.
     Ok(Some(serde_json::from_slice(&text).unwrap_or_else(|_| Marker {
         target: name.to_string(),
@@ -224,18 +213,7 @@ fn read(dir: BorrowedFd<'_>, name: &str) -> std::io::Result<Option<Marker>> {
     })))
 }
 
-/// `.workcell/unverified` beneath the project directory, opened one component at a time
-/// without following a link; made (0700) when `create`.
+/// `.workcell/unverified` beneath the project directory (`crate::statedir`).
 fn open_markers(project_dir: &Path, create: bool) -> std::io::Result<OwnedFd> {
-    let mut dir = rustix::fs::open(project_dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-    for part in DIR.split('/') {
-        if create {
-            match rustix::fs::mkdirat(&dir, part, Mode::from_raw_mode(0o700)) {
-                Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        dir = rustix::fs::openat(&dir, part, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
-    }
-    Ok(dir)
+    crate::statedir::open(project_dir, DIR, create)
 }
