@@ -1,0 +1,708 @@
+//! Attacks on a sweep that looks only where something changed (issue 38). After every run and
+//! every `workcell mcp` `shell` call the writable zones are swept for files the host runs that
+//! the worker planted; a sweep (and a launch walk) that lists only the directories whose
+//! (device, inode, ctime) moved since they were last looked at must still find each of these,
+//! and so must the full walk before it: these tests pass on both and guard the change.
+//!
+//! Each case runs as separate `workcell run`s and as calls of one `workcell mcp` session (the
+//! official MCP SDK as the client, tests/mcp_session.rs), on bwrap and on docker (`image:
+//! host`). The zone is a tree of 8 × 8 × 8 directories (584, a file in each leaf), left alone
+//! for [`SETTLE`] before the first run or call that looks at it, so that records of it exist
+//! and may be trusted when the attack comes. Every plant is checked twice:
+//!
+//! - inside the sandbox, in the same command, after the times were set back: the file is there
+//!   and the file and every directory on its way show the old time (`RESET path` lines), so
+//!   the plant was really made and really hidden from anything that reads mtimes;
+//! - on the host afterwards: it is no longer where the host's tools look, it is in the zone's
+//!   `.workcell/quarantine/RUN_ID/` (found by its unique content, or for hard links by inode),
+//!   and the run's stderr (the call's text) says it was moved aside. A file under a name no
+//!   entry protects, written beside it in the same command, is still in place (the control:
+//!   the worker wrote where the test looks, and the sweep moved only what it had to).
+//!
+//! The attacks (issue 38, "Acceptance"): a plant deep in the tree whose times are then set
+//! back; a directory moved in from elsewhere in the zone, at the top and from a deep sibling,
+//! into a place only the path makes protected; a hard link under a protected name made in a
+//! later call than its file; a writer that outlives its call or run; and protection that
+//! widens between runs (a `protect:` entry, a repository's `core.hooksPath`) over directories
+//! that did not change, where the worker then writes in place.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The time the worker sets its plants and their directories back to (2017-07-14).
+const OLD: u64 = 1_500_000_000;
+/// How long a directory is left unchanged before the run or call that records it. A walk
+/// trusts a record of a directory only when the directory's ctime was older than that walk
+/// by a margin (a change in the same clock tick as a listing may not move the ctime; the
+/// design in issue 38 takes 2 s); without this wait every directory the test just made would
+/// be listed again anyway, and the attacks would not meet a record at all.
+const SETTLE: Duration = Duration::from_millis(2_500);
+/// The tree: `d0`..`d7` at each of three levels, a `README.md` in each leaf.
+const FANOUT: usize = 8;
+/// How long the worker's background writer waits before it plants (case "outlives").
+const WRITER_DELAY: &str = "0.3";
+/// How long the test waits after the writer's call or run before looking (well past the
+/// writer's delay; the writer either is gone or has planted by then).
+const AFTER_WRITER: Duration = Duration::from_millis(1_500);
+
+/// A project directory (`proj/`, the runs' cwd) whose zone `out` is `proj/out`.
+struct Scratch {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Scratch {
+    /// `protect`: the project's `sandbox.protect` entries.
+    fn new(protect: &[&str]) -> Scratch {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        std::fs::create_dir_all(root.join("proj/out")).expect("mkdir");
+        let s = Scratch { _dir: dir, root };
+        s.configure(protect);
+        s
+    }
+
+    fn proj(&self) -> PathBuf {
+        self.root.join("proj")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.proj().join("out")
+    }
+
+    /// `workcell.yaml`: the zone `out` (writes and deletes pre-approved for the MCP session),
+    /// `image: host`, and `protect` when not empty.
+    fn configure(&self, protect: &[&str]) {
+        let protect = if protect.is_empty() { String::new() } else { format!("  protect: [{}]\n", protect.join(", ")) };
+        let config = format!(
+            "sandbox:\n{protect}  zones:\n    out: {{path: ./out, mode: rw, approval: {{write: preApproved, delete: preApproved}}}}\ndefaults:\n  image: host\n"
+        );
+        std::fs::write(self.proj().join("workcell.yaml"), config).expect("workcell.yaml");
+    }
+
+    /// The zone's tree (and `repos`, each a repository the person made, with no `hooks`
+    /// directory yet), the worker's, every time set back to [`OLD`]; then left alone for
+    /// [`SETTLE`].
+    fn tree(&self, repos: &[&str]) {
+        let out = self.out();
+        for a in 0..FANOUT {
+            for b in 0..FANOUT {
+                for c in 0..FANOUT {
+                    let leaf = out.join(format!("d{a}/d{b}/d{c}"));
+                    std::fs::create_dir_all(&leaf).expect("mkdir");
+                    std::fs::write(leaf.join("README.md"), format!("leaf {a} {b} {c}\n")).expect("write");
+                }
+            }
+        }
+        for repo in repos {
+            std::fs::create_dir_all(out.join(repo)).expect("mkdir");
+            let r = support::host_git(&out.join(repo), &["init", "-q", "."]);
+            assert!(r.status.success(), "git init {repo}: {}", String::from_utf8_lossy(&r.stderr));
+            std::fs::remove_dir_all(out.join(repo).join(".git/hooks")).expect("no hooks yet");
+        }
+        support::give_to_worker(&self.root);
+        let st = Command::new("find").arg(&out).args(["-exec", "touch", "-h", "-d", &format!("@{OLD}"), "{}", "+"]).status().expect("find");
+        assert!(st.success(), "touch the tree");
+        std::thread::sleep(SETTLE);
+    }
+
+    /// Whether `rel` is in place in the zone (as anything, a dangling link too).
+    fn in_place(&self, rel: &str) -> bool {
+        self.out().join(rel).symlink_metadata().is_ok()
+    }
+
+    /// Every regular file in the zone's quarantine (any run's), with its metadata.
+    fn quarantine(&self) -> Vec<(PathBuf, std::fs::Metadata)> {
+        let mut files = Vec::new();
+        let mut dirs = vec![self.out().join(".workcell/quarantine")];
+        while let Some(d) = dirs.pop() {
+            let Ok(rd) = std::fs::read_dir(&d) else { continue };
+            for e in rd.flatten() {
+                let Ok(md) = e.path().symlink_metadata() else { continue };
+                if md.is_dir() {
+                    dirs.push(e.path());
+                } else if md.is_file() {
+                    files.push((e.path(), md));
+                }
+            }
+        }
+        files
+    }
+
+    /// The files in the quarantine whose content holds `marker`.
+    fn quarantined_holding(&self, marker: &str) -> Vec<PathBuf> {
+        self.quarantine().into_iter().filter(|(p, _)| std::fs::read_to_string(p).is_ok_and(|t| t.contains(marker))).map(|(p, _)| p).collect()
+    }
+
+    /// `rel` (planted with content `marker`) is no longer in place, and is in the quarantine.
+    fn assert_moved_aside(&self, rel: &str, marker: &str, step: &Step) {
+        assert!(!self.in_place(rel), "{rel} stayed in place after the sweep: {step}");
+        let held = self.quarantined_holding(marker);
+        assert!(!held.is_empty(), "{rel} (holding {marker}) is not in .workcell/quarantine: {:?}; {step}", self.quarantine());
+        assert!(held.iter().all(|p| p.starts_with(self.out().join(".workcell/quarantine"))));
+        assert!(step.notes.contains("moved aside"), "what was moved aside is told: {step}");
+    }
+
+    /// `rel` is in place and holds `marker` (a control, or what no entry protects).
+    fn assert_kept(&self, rel: &str, marker: &str, step: &Step) {
+        let text = std::fs::read_to_string(self.out().join(rel)).unwrap_or_else(|e| panic!("{rel} is not in place ({e}): {step}"));
+        assert!(text.contains(marker), "{rel} holds {text:?}, not {marker}: {step}");
+    }
+}
+
+/// How the worker's commands come: one `workcell run` each, or one `shell` call each of one
+/// `workcell mcp` session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Way {
+    Runs,
+    Session,
+}
+
+/// What one run or call gave back.
+struct Step {
+    code: Option<i64>,
+    stdout: String,
+    /// The run's stderr, or the call's whole text (where what was moved aside is said).
+    notes: String,
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {:?}\n--- stdout\n{}\n--- notes\n{}", self.code, self.stdout, self.notes)
+    }
+}
+
+/// The worker, as [`Way`] says.
+struct Worker {
+    backend: &'static str,
+    proj: PathBuf,
+    session: Option<Session>,
+}
+
+/// A client of `workcell mcp` (the MCP SDK) reading commands as JSON lines on its stdin and
+/// answering each with one JSON line.
+struct Session {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// The session's client: one `shell` call per line read, its result as one line.
+const CLIENT: &str = r#"
+import asyncio, json, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    bin_, project, backend = sys.argv[1:4]
+    params = StdioServerParameters(command=bin_, args=["mcp", "--backend", backend, "--approve-all"], cwd=project)
+    loop = asyncio.get_running_loop()
+    async with stdio_client(params) as (r, w):
+        async with ClientSession(r, w) as session:
+            await session.initialize()
+            while True:
+                line = await loop.run_in_executor(None, sys.stdin.readline)
+                if not line:
+                    break
+                command = json.loads(line)["command"]
+                try:
+                    res = await asyncio.wait_for(session.call_tool("shell", {"command": command, "timeout": 60}), 120)
+                    s = res.structured_content or {}
+                    out = {"error": bool(res.is_error), "text": "".join(getattr(c, "text", "") for c in res.content),
+                           "exit_code": s.get("exit_code"), "stdout": s.get("stdout", "")}
+                except asyncio.TimeoutError:
+                    out = {"error": True, "text": "no answer within 120 s", "exit_code": None, "stdout": ""}
+                print(json.dumps(out), flush=True)
+
+asyncio.run(main())
+"#;
+
+impl Worker {
+    /// The worker in `s`'s project; `None` when the session's client is missing here (a skip
+    /// with a note; under `CI` a failure, see `support::python_ready`).
+    fn start(s: &Scratch, backend: &'static str, way: Way) -> Option<Worker> {
+        let session = match way {
+            Way::Runs => None,
+            Way::Session => {
+                if !support::python_ready(&["mcp"]) {
+                    return None;
+                }
+                let mut child = Command::new(support::python())
+                    .arg("-c")
+                    .arg(CLIENT)
+                    .arg(env!("CARGO_BIN_EXE_workcell"))
+                    .arg(s.proj())
+                    .arg(backend)
+                    .env_remove("RUST_LOG")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .expect("start the MCP client");
+                let stdin = child.stdin.take();
+                let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+                Some(Session { child, stdin, stdout })
+            }
+        };
+        Some(Worker { backend, proj: s.proj(), session })
+    }
+
+    /// Runs `script` (sh, in the zone `/out`) as the worker: a run of its own, or the
+    /// session's next `shell` call.
+    fn step(&mut self, script: &str) -> Step {
+        let step = match &mut self.session {
+            None => {
+                let o = support::workcell_sh(&self.proj, self.backend, &[], script).output().expect("start workcell");
+                Step {
+                    code: o.status.code().map(i64::from),
+                    stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+                    notes: String::from_utf8_lossy(&o.stderr).into_owned(),
+                }
+            }
+            Some(s) => {
+                // The shell tool refuses a command line that names a protected path itself
+                // (a redirection, `mv`, `ln`, `touch`): a worker writes its script to a file
+                // and runs that, which no rule reads. So does this one.
+                let command = format!("cat > /tmp/step.sh <<'END-OF-STEP'\n{script}\nEND-OF-STEP\nsh /tmp/step.sh");
+                let line = serde_json::json!({ "command": command }).to_string();
+                let stdin = s.stdin.as_mut().expect("the session is open");
+                writeln!(stdin, "{line}").and_then(|()| stdin.flush()).expect("send the command");
+                let mut answer = String::new();
+                s.stdout.read_line(&mut answer).expect("read the answer");
+                let v: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("the client said {answer:?} ({e})"));
+                assert_eq!(v["error"], false, "the call failed: {v}");
+                Step {
+                    code: v["exit_code"].as_i64(),
+                    stdout: v["stdout"].as_str().unwrap_or("").to_string(),
+                    notes: v["text"].as_str().unwrap_or("").to_string(),
+                }
+            }
+        };
+        eprintln!("--- step ({}):\n{script}\n{step}\n", self.backend);
+        step
+    }
+
+    /// Ends the session (the client closes it and exits); nothing for runs.
+    fn end(&mut self) {
+        let Some(mut s) = self.session.take() else { return };
+        drop(s.stdin.take());
+        let start = Instant::now();
+        while s.child.try_wait().expect("wait").is_none() {
+            if start.elapsed() > Duration::from_secs(60) {
+                let _ = s.child.kill();
+                let _ = s.child.wait();
+                panic!("the MCP client did not end within 60 s of its stdin closing");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(s) = &mut self.session {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
+        }
+    }
+}
+
+/// A command that changes nothing in the zone (it only reads it): the run or call whose walks
+/// record the tree.
+const HARMLESS: &str = "cd /out && ls >/dev/null && echo looked";
+
+/// `rel` and every directory on its way from the zone's root (`.` first).
+fn on_the_way(rel: &str) -> Vec<String> {
+    let mut out = vec![".".to_string()];
+    let mut acc = String::new();
+    for part in rel.split('/') {
+        if !acc.is_empty() {
+            acc.push('/');
+        }
+        acc.push_str(part);
+        out.push(acc.clone());
+    }
+    out
+}
+
+/// The worker's script: `body` in `/out` (`set -e`), then the times of `reset` (each path,
+/// and every directory on its way) set back to [`OLD`] (one the worker may not touch, bound
+/// read-only, is said: `UNTOUCHED path`), then a `RESET path` line for each of them that
+/// exists and shows that time.
+fn script(body: &str, reset: &[&str]) -> String {
+    let mut paths: Vec<String> = Vec::new();
+    for r in reset {
+        for p in on_the_way(r) {
+            if !paths.contains(&p) {
+                paths.push(p);
+            }
+        }
+    }
+    // Deepest first, so that nothing is touched after its time was set (touch changes no
+    // directory's times, but a reader should not have to know that).
+    paths.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count() + usize::from(p != ".")));
+    let list = paths.join(" ");
+    format!(
+        "set -e\ncd /out\n{body}\nfor p in {list}; do touch -h -d @{OLD} \"$p\" || echo \"UNTOUCHED $p\"; done\n\
+         for p in {list}; do if [ -e \"$p\" ] && [ \"$(stat -c %Y \"$p\")\" = {OLD} ]; then echo \"RESET $p\"; fi; done\n"
+    )
+}
+
+/// The plant's command ran, and each of `planted` (and every directory on its way) was there
+/// with its times set back, inside the sandbox.
+fn assert_planted(step: &Step, planted: &[&str]) {
+    assert_eq!(step.code, Some(0), "the worker's script failed: {step}");
+    for rel in planted {
+        for p in on_the_way(rel) {
+            assert!(step.stdout.lines().any(|l| l == format!("RESET {p}")), "{p} was not there with its times set back: {step}");
+        }
+    }
+}
+
+mod body {
+    use super::*;
+
+    /// Issue 38: "plant a protected file deep in the tree and then reset the times of its
+    /// directories". A first run or call records the tree; the next plants `.envrc` in an
+    /// existing leaf three levels down (only the leaf changes: its parents' ctimes stay), one
+    /// in new directories below another leaf, and a hook in a repository (no `hooks`
+    /// directory yet) in a third, and sets every time on their way back.
+    pub fn deep_plant_with_times_set_back(backend: &'static str, way: Way) {
+        let s = Scratch::new(&[]);
+        s.tree(&["d1/d4/d6/repo"]);
+        let Some(mut w) = Worker::start(&s, backend, way) else { return };
+        let first = w.step(HARMLESS);
+        assert_eq!(first.code, Some(0), "{first}");
+        assert!(!first.notes.contains("moved aside"), "the tree as made holds nothing to move: {first}");
+        let plants = [
+            ("d3/d5/d7/.envrc", "deep-envrc-leaf"),
+            ("d6/d1/d2/new/deeper/.envrc", "deep-envrc-new-dirs"),
+            ("d1/d4/d6/repo/.git/hooks/pre-commit", "deep-hook-in-repo"),
+        ];
+        let body = format!(
+            "echo 'echo {m0}' > {p0}\nmkdir -p d6/d1/d2/new/deeper\necho 'echo {m1}' > {p1}\n\
+             mkdir d1/d4/d6/repo/.git/hooks\nprintf '#!/bin/sh\\necho {m2}\\n' > {p2}\nchmod +x {p2}\n\
+             echo control-leaf > d3/d5/d7/notes.txt\necho control-new > d6/d1/d2/new/deeper/notes.txt",
+            p0 = plants[0].0,
+            m0 = plants[0].1,
+            p1 = plants[1].0,
+            m1 = plants[1].1,
+            p2 = plants[2].0,
+            m2 = plants[2].1,
+        );
+        let planted: Vec<&str> = plants.iter().map(|(p, _)| *p).collect();
+        let step = w.step(&script(&body, &[&planted[..], &["d3/d5/d7/notes.txt", "d6/d1/d2/new/deeper/notes.txt"]].concat()));
+        assert_planted(&step, &planted);
+        // Right after the call or run that planted them, before anything else runs.
+        for (rel, marker) in plants {
+            s.assert_moved_aside(rel, marker, &step);
+        }
+        s.assert_kept("d3/d5/d7/notes.txt", "control-leaf", &step);
+        s.assert_kept("d6/d1/d2/new/deeper/notes.txt", "control-new", &step);
+        s.assert_kept("d1/d4/d6/repo/.git/HEAD", "ref:", &step);
+        w.end();
+    }
+
+    /// Issue 38: "move a directory holding one in from elsewhere in the zone". With the entry
+    /// `tools/git/hooks` (a repository's `core.hooksPath`), `tmp/staging/git/hooks/pre-commit`
+    /// is protected by nothing: a run or call makes it and it stays (so the walks after it
+    /// record `tmp/staging`, `git` and `hooks` as holding nothing protected). Left alone, then
+    /// recorded again; then `mv tmp/staging tools`, times set back: `git` and `hooks` are the
+    /// same directories with the same ctimes, now at a protected path.
+    pub fn directory_renamed_in_at_the_top(backend: &'static str, way: Way) {
+        let s = Scratch::new(&["tools/git/hooks"]);
+        s.tree(&[]);
+        let Some(mut w) = Worker::start(&s, backend, way) else { return };
+        let made = w.step(
+            "set -e\ncd /out\nmkdir -p tmp/staging/git/hooks\nprintf '#!/bin/sh\\necho renamed-top\\n' > tmp/staging/git/hooks/pre-commit\n\
+             chmod +x tmp/staging/git/hooks/pre-commit\necho control > tmp/staging/git/notes.txt\necho made",
+        );
+        assert_eq!(made.code, Some(0), "{made}");
+        assert!(!made.notes.contains("moved aside"), "nothing protected was made yet: {made}");
+        s.assert_kept("tmp/staging/git/hooks/pre-commit", "renamed-top", &made);
+        std::thread::sleep(SETTLE);
+        let looked = w.step(HARMLESS);
+        assert!(!looked.notes.contains("moved aside"), "{looked}");
+        s.assert_kept("tmp/staging/git/hooks/pre-commit", "renamed-top", &looked);
+        let step = w.step(&script("mv tmp/staging tools\nrmdir tmp", &["tools/git/hooks/pre-commit", "tools/git/notes.txt"]));
+        assert_planted(&step, &["tools/git/hooks/pre-commit"]);
+        s.assert_moved_aside("tools/git/hooks/pre-commit", "renamed-top", &step);
+        assert!(step.notes.contains("moved aside tools/git/hooks"), "{step}");
+        s.assert_kept("tools/git/notes.txt", "control", &step);
+        assert!(!s.in_place("tmp"), "the worker's rmdir tmp ran");
+        w.end();
+    }
+
+    /// The same from deep inside the tree, into a sibling deep elsewhere: `d1/d2/d3/staging`
+    /// becomes `d6/d5/d4/tools` (the entry `tools/git/hooks`), `d1/d2/d3/stash` holding
+    /// `hooks/post-checkout` becomes `d6/d5/d4/.git` (the default `.git/hooks`), and a file
+    /// `d7/d0/d1/envrc.txt` becomes `d0/d7/d6/.envrc` (the default `.envrc`).
+    pub fn directory_moved_in_from_a_deep_sibling(backend: &'static str, way: Way) {
+        let s = Scratch::new(&["tools/git/hooks"]);
+        s.tree(&[]);
+        let Some(mut w) = Worker::start(&s, backend, way) else { return };
+        let made = w.step(
+            "set -e\ncd /out\nmkdir -p d1/d2/d3/staging/git/hooks d1/d2/d3/stash/hooks\n\
+             printf '#!/bin/sh\\necho sibling-tools\\n' > d1/d2/d3/staging/git/hooks/pre-commit\n\
+             printf '#!/bin/sh\\necho sibling-git\\n' > d1/d2/d3/stash/hooks/post-checkout\n\
+             echo 'echo sibling-envrc' > d7/d0/d1/envrc.txt\necho control > d1/d2/d3/staging/git/notes.txt\necho made",
+        );
+        assert_eq!(made.code, Some(0), "{made}");
+        assert!(!made.notes.contains("moved aside"), "nothing protected was made yet: {made}");
+        for (rel, m) in [
+            ("d1/d2/d3/staging/git/hooks/pre-commit", "sibling-tools"),
+            ("d1/d2/d3/stash/hooks/post-checkout", "sibling-git"),
+            ("d7/d0/d1/envrc.txt", "sibling-envrc"),
+        ] {
+            s.assert_kept(rel, m, &made);
+        }
+        std::thread::sleep(SETTLE);
+        let looked = w.step(HARMLESS);
+        assert!(!looked.notes.contains("moved aside"), "{looked}");
+        let plants = [
+            ("d6/d5/d4/tools/git/hooks/pre-commit", "sibling-tools"),
+            ("d6/d5/d4/.git/hooks/post-checkout", "sibling-git"),
+            ("d0/d7/d6/.envrc", "sibling-envrc"),
+        ];
+        let planted: Vec<&str> = plants.iter().map(|(p, _)| *p).collect();
+        let step = w.step(&script(
+            "mv d1/d2/d3/staging d6/d5/d4/tools\nmv d1/d2/d3/stash d6/d5/d4/.git\nmv d7/d0/d1/envrc.txt d0/d7/d6/.envrc",
+            // Both ends of every move: the directories they left too.
+            &[&planted[..], &["d6/d5/d4/tools/git/notes.txt", "d1/d2/d3/README.md", "d7/d0/d1/README.md"]].concat(),
+        ));
+        assert_planted(&step, &planted);
+        for (rel, marker) in plants {
+            s.assert_moved_aside(rel, marker, &step);
+        }
+        s.assert_kept("d6/d5/d4/tools/git/notes.txt", "control", &step);
+        w.end();
+    }
+
+    /// Issue 38: "works through hard links". A file made in one run or call (under a name
+    /// nothing protects, so it stays) is linked under protected names in a later one, after
+    /// the tree was recorded again: `.envrc` in an untouched leaf, `.git/hooks/post-checkout`
+    /// in a new `.git` of another; times set back.
+    pub fn hard_link_made_in_a_later_call(backend: &'static str, way: Way) {
+        let s = Scratch::new(&[]);
+        s.tree(&[]);
+        let Some(mut w) = Worker::start(&s, backend, way) else { return };
+        let made = w.step("set -e\ncd /out\nprintf '#!/bin/sh\\necho linked-payload\\n' > d1/d1/d1/payload\nchmod +x d1/d1/d1/payload\necho made");
+        assert_eq!(made.code, Some(0), "{made}");
+        s.assert_kept("d1/d1/d1/payload", "linked-payload", &made);
+        std::thread::sleep(SETTLE);
+        let looked = w.step(HARMLESS);
+        assert!(!looked.notes.contains("moved aside"), "{looked}");
+        let plants = ["d6/d6/d6/.envrc", "d2/d2/d2/.git/hooks/post-checkout"];
+        let step = w.step(&script(
+            "ln d1/d1/d1/payload d6/d6/d6/.envrc\nmkdir -p d2/d2/d2/.git/hooks\nln d1/d1/d1/payload d2/d2/d2/.git/hooks/post-checkout\n\
+             stat -c 'LINKS %h' d1/d1/d1/payload",
+            &[&plants[..], &["d1/d1/d1/payload"]].concat(),
+        ));
+        assert_planted(&step, &plants);
+        assert!(step.stdout.contains("LINKS 3"), "the links were made: {step}");
+        for rel in plants {
+            assert!(!s.in_place(rel), "{rel} stayed in place: {step}");
+        }
+        assert!(step.notes.contains("moved aside"), "{step}");
+        // Both names are in the quarantine, as the payload's own inode; the payload stays.
+        s.assert_kept("d1/d1/d1/payload", "linked-payload", &step);
+        let ino = s.out().join("d1/d1/d1/payload").symlink_metadata().expect("payload").ino();
+        let linked = s.quarantine().into_iter().filter(|(_, md)| md.ino() == ino).count();
+        assert_eq!(linked, 2, "both links are in .workcell/quarantine: {:?}", s.quarantine());
+        w.end();
+    }
+
+    /// Issue 38: "write one from a process that outlives its call". A call or run starts a
+    /// writer in a session of its own that plants `x/y/.envrc` after a delay, and returns as
+    /// soon as the writer has begun. After the delay (and, for a session, a later call),
+    /// `x/y/.envrc` is not in the zone: the writer was killed with its call (issue 36) or its
+    /// plant was moved aside by a later sweep. `x-late` (nothing protects it), written just
+    /// after the plant, tells which.
+    pub fn writer_that_outlives_its_call(backend: &'static str, way: Way) {
+        let s = Scratch::new(&[]);
+        s.tree(&[]);
+        let Some(mut w) = Worker::start(&s, backend, way) else { return };
+        let first = w.step(HARMLESS);
+        assert_eq!(first.code, Some(0), "{first}");
+        let writer = format!(
+            "rm -f /tmp/writer-began\n\
+             setsid sh -c 'echo began > /tmp/writer-began; sleep {WRITER_DELAY}; mkdir -p /out/x/y; echo \"echo outlived-writer\" > /out/x/y/.envrc; echo late > /out/x-late' </dev/null >/dev/null 2>&1 &\n\
+             while [ ! -e /tmp/writer-began ]; do sleep 0.02; done\necho WRITER-BEGAN"
+        );
+        let started = w.step(&writer);
+        assert_eq!(started.code, Some(0), "{started}");
+        assert!(started.stdout.contains("WRITER-BEGAN"), "the writer was started and ran: {started}");
+        std::thread::sleep(AFTER_WRITER);
+        let survived_before = s.in_place("x-late");
+        if way == Way::Runs {
+            // Between runs nothing sweeps: a plant there now would meet the person's tools.
+            assert!(!s.in_place("x/y/.envrc"), "a writer left by a run planted x/y/.envrc after its sweep (x-late: {survived_before})");
+        }
+        let later = w.step(HARMLESS);
+        assert_eq!(later.code, Some(0), "{later}");
+        assert!(!s.in_place("x/y/.envrc"), "x/y/.envrc is in place after a later call (the writer survived: {})", s.in_place("x-late"));
+        w.end();
+        let survived = s.in_place("x-late");
+        assert!(!s.in_place("x/y/.envrc"), "x/y/.envrc is in place after the session ended (the writer survived: {survived})");
+        if survived {
+            // It outlived its call: then its plant must have been moved aside.
+            eprintln!("note: the writer outlived its call ({way:?}); its plant was moved aside");
+            assert!(!s.quarantined_holding("outlived-writer").is_empty(), "x-late exists, so the writer planted; the plant is not in the quarantine");
+        } else {
+            eprintln!("note: the writer died with its call ({way:?}): nothing was planted");
+        }
+    }
+
+    /// Protection that widens between runs over directories that did not change: the records
+    /// of the earlier walks were made with the narrower protection and must not serve the
+    /// wider one. A first run makes `d5/d5/d5/tools/git/hooks/pre-commit`,
+    /// `d5/d5/d5/tools/run.sh` and `d2/d3/d4/repo/.githooks/pre-commit`, protected by nothing
+    /// then (they stay); a second records the tree. Then the person adds `protect:
+    /// [tools/git/hooks, tools/run.sh]` (a directory entry and a file entry: a record keeps a
+    /// directory's subdirectories, but a file nothing protected was only counted) and sets
+    /// `core.hooksPath = .githooks` in the repository's config (appended in place: no
+    /// directory changes). The next run's worker writes all three in place (no directory
+    /// changes either) and sets their times back. For that run they are the person's
+    /// protected files: bound read-only (the write fails) or moved aside; either way the
+    /// worker's text is not where git and the person's tools look. A file beside them under a
+    /// name nothing protects takes the same write (the control).
+    pub fn protection_widened_between_runs(backend: &'static str) {
+        let s = Scratch::new(&[]);
+        s.tree(&["d2/d3/d4/repo"]);
+        let Some(mut w) = Worker::start(&s, backend, Way::Runs) else { return };
+        let files = ["d5/d5/d5/tools/git/hooks/pre-commit", "d5/d5/d5/tools/run.sh", "d2/d3/d4/repo/.githooks/pre-commit"];
+        let control = "d5/d5/d5/tools/git/notes.txt";
+        let list = [&files[..], &[control]].concat().join(" ");
+        let made = w.step(&format!(
+            "set -e\ncd /out\nmkdir -p d5/d5/d5/tools/git/hooks d2/d3/d4/repo/.githooks\n\
+             for f in {list}; do printf '#!/bin/sh\\necho first-version\\n' > $f; chmod +x $f; done\necho made",
+        ));
+        assert_eq!(made.code, Some(0), "{made}");
+        assert!(!made.notes.contains("moved aside"), "nothing protected was made yet: {made}");
+        std::thread::sleep(SETTLE);
+        let looked = w.step(HARMLESS);
+        assert!(!looked.notes.contains("moved aside"), "{looked}");
+        for f in files {
+            s.assert_kept(f, "first-version", &looked);
+        }
+        // The person widens the protection: no directory of the zone changes.
+        s.configure(&["tools/git/hooks", "tools/run.sh"]);
+        let config = s.out().join("d2/d3/d4/repo/.git/config");
+        let mut f = std::fs::OpenOptions::new().append(true).open(&config).expect("repository config");
+        f.write_all(b"[core]\n\thooksPath = .githooks\n").expect("append");
+        drop(f);
+        let step = w.step(&script(
+            &format!("for f in {list}; do if printf '#!/bin/sh\\necho in-place-write\\n' > $f; then echo \"WROTE $f\"; fi; done"),
+            &[&files[..], &[control]].concat(),
+        ));
+        assert_eq!(step.code, Some(0), "{step}");
+        assert!(step.stdout.contains(&format!("WROTE {control}")), "the control was written in place: {step}");
+        s.assert_kept(control, "in-place-write", &step);
+        for f in files {
+            match std::fs::read_to_string(s.out().join(f)) {
+                Ok(now) => assert!(now.contains("first-version"), "{f} holds the worker's write {now:?} where the person's tools look: {step}"),
+                // Moved aside: then it is in the quarantine, whichever text it held.
+                Err(_) => {
+                    assert!(!s.in_place(f), "{f}: {step}");
+                    assert!(!s.quarantine().is_empty(), "{f} is gone but not in the quarantine: {step}");
+                }
+            }
+        }
+    }
+}
+
+/// One test per case and way of running the worker, on `$backend`.
+macro_rules! cases {
+    ($module:ident, $backend:literal) => {
+        mod $module {
+            use super::*;
+
+            #[test]
+            fn deep_plant_with_times_set_back_across_runs() {
+                if support::backend_ready($backend) {
+                    body::deep_plant_with_times_set_back($backend, Way::Runs);
+                }
+            }
+
+            #[test]
+            fn deep_plant_with_times_set_back_in_a_session() {
+                if support::backend_ready($backend) {
+                    body::deep_plant_with_times_set_back($backend, Way::Session);
+                }
+            }
+
+            #[test]
+            fn directory_renamed_into_a_protected_path_across_runs() {
+                if support::backend_ready($backend) {
+                    body::directory_renamed_in_at_the_top($backend, Way::Runs);
+                }
+            }
+
+            #[test]
+            fn directory_renamed_into_a_protected_path_in_a_session() {
+                if support::backend_ready($backend) {
+                    body::directory_renamed_in_at_the_top($backend, Way::Session);
+                }
+            }
+
+            #[test]
+            fn directory_moved_in_from_a_deep_sibling_across_runs() {
+                if support::backend_ready($backend) {
+                    body::directory_moved_in_from_a_deep_sibling($backend, Way::Runs);
+                }
+            }
+
+            #[test]
+            fn directory_moved_in_from_a_deep_sibling_in_a_session() {
+                if support::backend_ready($backend) {
+                    body::directory_moved_in_from_a_deep_sibling($backend, Way::Session);
+                }
+            }
+
+            #[test]
+            fn hard_link_under_a_protected_name_across_runs() {
+                if support::backend_ready($backend) {
+                    body::hard_link_made_in_a_later_call($backend, Way::Runs);
+                }
+            }
+
+            #[test]
+            fn hard_link_under_a_protected_name_in_a_session() {
+                if support::backend_ready($backend) {
+                    body::hard_link_made_in_a_later_call($backend, Way::Session);
+                }
+            }
+
+            #[test]
+            fn writer_outliving_its_run_plants_nothing() {
+                if support::backend_ready($backend) {
+                    body::writer_that_outlives_its_call($backend, Way::Runs);
+                }
+            }
+
+            #[test]
+            fn writer_outliving_its_call_plants_nothing() {
+                if support::backend_ready($backend) {
+                    body::writer_that_outlives_its_call($backend, Way::Session);
+                }
+            }
+
+            #[test]
+            fn protection_widened_between_runs_over_unchanged_directories() {
+                if support::backend_ready($backend) {
+                    body::protection_widened_between_runs($backend);
+                }
+            }
+        }
+    };
+}
+
+cases!(bwrap, "bwrap");
+cases!(docker, "docker");
