@@ -20,12 +20,9 @@ use std::io::{Read, Write};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-/// Where the agent's directory (holding the socket) appears inside the sandbox.
-pub const SOCKET_DIR: &str = "/run/workcell-agent";
-/// The socket's file name in that directory.
-pub const SOCKET_NAME: &str = "agent.sock";
-/// Where the agent's program (this binary, bound read-only) appears inside the sandbox.
-pub const PROGRAM: &str = "/run/workcell-agent-bin";
+/// Where the agent's directory, its socket and its program appear inside the sandbox: set by
+/// the plan that binds them (`LaunchPlan::attach_agent`), so the plan need not look up here.
+pub use crate::plan::{AGENT_PROGRAM as PROGRAM, AGENT_SOCKET_DIR as SOCKET_DIR, AGENT_SOCKET_NAME as SOCKET_NAME};
 /// Largest frame either side reads: a request holds at most 1 MiB of stdin (base64) and
 /// its words; a response two capped streams (base64).
 pub const MAX_FRAME: usize = 4 << 20;

@@ -242,8 +242,9 @@ fn host_image_only(plan: &LaunchPlan, backend: &'static str) -> Result<(), Backe
     }
 }
 
-/// Why an [`OnDemand`] service could not start: the service's own error, whatever its type.
-pub type ServiceError = Box<dyn std::error::Error + Send + Sync>;
+/// Why an [`OnDemand`] service could not start: the service's own error, whatever its type
+/// (defined with the egress seam, below the backends).
+pub use crate::egress::seam::ServiceError;
 
 /// A host-side service for the worker that need not start until the worker first uses it
 /// (the tool broker): a backend that supervises the run itself starts it when `wake_fd`

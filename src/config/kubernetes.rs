@@ -11,8 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
+pub mod names;
+
 use super::{parse_runtime, text, ConfigError, Diag};
-use crate::backend::kubernetes::names;
 use crate::sandbox::Sandbox;
 
 /// `kubernetes:` as written.

@@ -3,7 +3,7 @@
 //! a project [`Sandbox`] and the workers with their effective sandboxes.
 
 mod env;
-mod kubernetes;
+pub mod kubernetes;
 mod limits;
 mod mounts;
 mod network;

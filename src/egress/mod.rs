@@ -20,6 +20,7 @@ mod pin;
 pub mod policy;
 pub mod resolve;
 pub mod rules;
+pub mod seam;
 mod socks5;
 
 use std::net::{SocketAddr, TcpListener};
@@ -30,11 +31,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{watch, Semaphore};
 
 use crate::audit::AuditLog;
-use crate::backend::egress::{EgressProxy, Peers};
-use crate::backend::ServiceError;
 use limits::{Activity, Counters, Lease, Metered, Side, Stats, Timeouts, MAX_CONNECTIONS, MAX_RESOLVERS};
 pub use policy::{Access, HostEntry, Policy, RuleSet};
 use resolve::Refusal;
+use seam::{EgressProxy, Peers, ServiceError};
 
 /// Asks a person whether a worker may connect to a destination no rule lists (`ask: true`).
 pub trait Consent: Send + Sync {

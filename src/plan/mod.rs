@@ -124,7 +124,7 @@ pub enum Network {
     /// The host's network, unfiltered (`network: true`).
     Open,
     /// Only the egress proxy, which applies `network: {allow: [...]}` (see
-    /// [`crate::backend::egress`]).
+    /// [`crate::egress::seam`]).
     Proxied,
 }
 
@@ -606,6 +606,13 @@ pub const BROKER_MOUNT_POINT: &str = "/run/workcell";
 /// The host name a worker sees, on every backend.
 pub const WORKER_HOSTNAME: &str = "workcell";
 
+/// Where the exec agent's directory (holding the socket) appears inside the sandbox.
+pub const AGENT_SOCKET_DIR: &str = "/run/workcell-agent";
+/// The agent's socket's file name in that directory.
+pub const AGENT_SOCKET_NAME: &str = "agent.sock";
+/// Where the agent's program (this binary, bound read-only) appears inside the sandbox.
+pub const AGENT_PROGRAM: &str = "/run/workcell-agent-bin";
+
 impl LaunchPlan {
     /// Mounts the broker directory read-only at [`BROKER_MOUNT_POINT`] and tells the worker
     /// where the socket is and which token to send. (A Unix socket on a read-only mount can
@@ -623,7 +630,7 @@ impl LaunchPlan {
     /// read-only, both by handle (see `crate::agent`).
     pub fn attach_agent(&mut self, dir: &Path) -> std::io::Result<()> {
         let exe = agent_program::reachable(dir, self.user)?;
-        for (source, target) in [(dir.to_path_buf(), crate::agent::SOCKET_DIR), (exe, crate::agent::PROGRAM)] {
+        for (source, target) in [(dir.to_path_buf(), AGENT_SOCKET_DIR), (exe, AGENT_PROGRAM)] {
             let held = Held(Arc::new(std::fs::File::open(&source)?.into()));
             self.mounts.push(PlanMount { source, target: target.to_string(), read_only: true, held: Some(held) });
         }

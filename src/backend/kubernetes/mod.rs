@@ -11,9 +11,11 @@
 //! directories), the publishing of `delivery: copy` zones (no one reviews on a cluster), and
 //! the egress proxy itself (workcell's proxy runs in workcell; only its Service is rendered).
 
-pub mod names;
 mod network;
 mod pod;
+
+/// Kubernetes' name rules and quantities live with the config that checks names with them.
+pub use crate::config::kubernetes::names;
 
 use serde::Serialize;
 use serde_json::{json, Map, Value};
