@@ -38,8 +38,13 @@ pub struct AuditArgs {
     pub tail: Option<usize>,
 }
 
+/// A `--since` that is neither a duration nor a local date or time.
+#[derive(Debug, thiserror::Error)]
+#[error("use a duration back from now (30m, 1h, 2d) or a local date or time (2026-11-27, 2026-11-27 14:00)")]
+struct SinceUnreadable;
+
 /// `--since` as seconds since the Unix epoch.
-fn parse_since(s: &str) -> Result<f64, String> {
+fn parse_since(s: &str) -> Result<f64, SinceUnreadable> {
     let now = Local::now();
     if let Ok(d) = humantime::parse_duration(s) {
         return Ok(now.timestamp_millis() as f64 / 1000.0 - d.as_secs_f64());
@@ -55,7 +60,7 @@ fn parse_since(s: &str) -> Result<f64, String> {
     // repeated when clocks go back) keeps every event of the hour.
     match naive.and_then(|n| Local.from_local_datetime(&n).earliest()) {
         Some(t) => Ok(t.timestamp_millis() as f64 / 1000.0),
-        None => Err("use a duration back from now (30m, 1h, 2d) or a local date or time (2026-11-27, 2026-11-27 14:00)".into()),
+        None => Err(SinceUnreadable),
     }
 }
 

@@ -290,7 +290,7 @@ where
     let (mut client_read, mut client_write) = tokio::io::split(client);
     let (mut upstream_read, mut upstream_write) = tokio::io::split(upstream);
     let up = async {
-        let first = pin::check(&mut client_read, pin, &shared.policy, shared.timeouts.head).await.map_err(End::Refused)?;
+        let first = pin::check(&mut client_read, pin, &shared.policy, shared.timeouts.head).await.map_err(|e| End::Refused(e.to_string()))?;
         upstream_write.write_all(&first).await.map_err(End::Broken)?;
         tokio::io::copy(&mut client_read, &mut upstream_write).await.map_err(End::Broken)?;
         upstream_write.shutdown().await.map_err(End::Broken)

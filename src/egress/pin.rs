@@ -30,6 +30,55 @@ pub struct Pin {
     pub port: u16,
 }
 
+/// Why a tunnel must close before anything of it reaches the destination: its first bytes
+/// could not be read in time, cannot be read, or name another host than the judged one.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    #[error("reading the tunnel's first bytes failed: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("the tunnel's TLS hello or HTTP request head is longer than {MAX_SNIFF} bytes")]
+    TooLong,
+    #[error("the tunnel closed in the middle of its TLS hello or HTTP request head")]
+    Closed,
+    #[error("the tunnel's TLS hello or HTTP request head did not arrive within {0} s")]
+    Slow(u64),
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
+    #[error("{what} is missing; a tunnel to {judged} must name {judged}")]
+    Missing { what: &'static str, judged: Host },
+    #[error("{what} cannot be read: {reason}")]
+    BadName { what: &'static str, reason: String },
+    /// `claimed` is escaped for a terminal.
+    #[error("{what} names {claimed}, but the tunnel was allowed for {judged}; open the tunnel to the name you send (CONNECT {claimed}:{port})")]
+    Other { what: &'static str, claimed: String, judged: Host, port: u16 },
+}
+
+/// A hello or request head the check cannot read: the tunnel closes rather than pass
+/// something the check did not understand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    #[error("a TLS record other than a handshake came before the ClientHello was complete")]
+    NotHandshake,
+    #[error("a TLS record of version {0}.{1}")]
+    Version(u8, u8),
+    #[error("the first TLS handshake message is of type {0}, not a ClientHello")]
+    NotClientHello(u8),
+    #[error("the TLS ClientHello is longer than {MAX_SNIFF} bytes")]
+    HelloTooLong,
+    #[error("the TLS ClientHello is cut short or a length in it is wrong")]
+    CutShort,
+    #[error("the TLS ClientHello has more than one server_name extension")]
+    TwoServerNameExtensions,
+    #[error("the TLS ClientHello names more than one server")]
+    TwoServerNames,
+    #[error("the TLS ClientHello's server name is not text")]
+    NameNotText,
+    #[error("the tunnel's HTTP request head is not text")]
+    HeadNotText,
+    #[error("the tunnel's HTTP request has more than one Host header")]
+    TwoHosts,
+}
+
 /// What the first bytes are.
 #[derive(Debug, PartialEq, Eq)]
 enum First {
@@ -47,10 +96,10 @@ enum First {
 /// is unbounded (a protocol where the server speaks first is served while this waits; the
 /// tunnel's idle limit ends it); once it has come, a hello or head must be complete within
 /// `head`.
-pub async fn check<R: AsyncRead + Unpin>(client: &mut R, pin: &Pin, policy: &Policy, head: Duration) -> Result<Vec<u8>, String> {
+pub async fn check<R: AsyncRead + Unpin>(client: &mut R, pin: &Pin, policy: &Policy, head: Duration) -> Result<Vec<u8>, PinError> {
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
-    let n = client.read(&mut chunk).await.map_err(|e| format!("reading the tunnel's first bytes failed: {e}"))?;
+    let n = client.read(&mut chunk).await.map_err(PinError::Read)?;
     if n == 0 {
         return Ok(buf);
     }
@@ -61,18 +110,18 @@ pub async fn check<R: AsyncRead + Unpin>(client: &mut R, pin: &Pin, policy: &Pol
                 return Ok(first);
             }
             if buf.len() >= MAX_SNIFF {
-                return Err(format!("the tunnel's TLS hello or HTTP request head is longer than {MAX_SNIFF} bytes"));
+                return Err(PinError::TooLong);
             }
             let room = (MAX_SNIFF - buf.len()).min(chunk.len());
-            let n = client.read(&mut chunk[..room]).await.map_err(|e| format!("reading the tunnel's first bytes failed: {e}"))?;
+            let n = client.read(&mut chunk[..room]).await.map_err(PinError::Read)?;
             if n == 0 {
-                return Err("the tunnel closed in the middle of its TLS hello or HTTP request head".into());
+                return Err(PinError::Closed);
             }
             buf.extend_from_slice(&chunk[..n]);
         }
     })
     .await
-    .map_err(|_| format!("the tunnel's TLS hello or HTTP request head did not arrive within {} s", head.as_secs()))??;
+    .map_err(|_| PinError::Slow(head.as_secs()))??;
     match first {
         First::Opaque => {}
         First::Tls(sni) => matches(sni.as_deref(), pin, policy, "the TLS hello's server name (SNI)")?,
@@ -88,15 +137,15 @@ pub async fn check<R: AsyncRead + Unpin>(client: &mut R, pin: &Pin, policy: &Pol
 
 /// Whether `claimed` (a server name, or a `Host` value with an optional port) is the judged
 /// host. A tunnel opened to an address carries no name or one the rules allow on that port.
-fn matches(claimed: Option<&str>, pin: &Pin, policy: &Policy, what: &str) -> Result<(), String> {
+fn matches(claimed: Option<&str>, pin: &Pin, policy: &Policy, what: &'static str) -> Result<(), PinError> {
     let judged = &pin.host;
     let Some(text) = claimed else {
         return match judged {
             Host::Ip(_) => Ok(()),
-            Host::Name(_) => Err(format!("{what} is missing; a tunnel to {judged} must name {judged}")),
+            Host::Name(_) => Err(PinError::Missing { what, judged: judged.clone() }),
         };
     };
-    let claimed = parse_host(strip_port(text)).map_err(|r| format!("{what} cannot be read: {}", r.reason))?;
+    let claimed = parse_host(strip_port(text)).map_err(|r| PinError::BadName { what, reason: r.reason })?;
     if &claimed == judged {
         return Ok(());
     }
@@ -105,12 +154,7 @@ fn matches(claimed: Option<&str>, pin: &Pin, policy: &Policy, what: &str) -> Res
             return Ok(());
         }
     }
-    Err(format!(
-        "{what} names {}, but the tunnel was allowed for {judged}; open the tunnel to the name you send (CONNECT {}:{})",
-        crate::term::escape(&claimed.to_string()),
-        crate::term::escape(&claimed.to_string()),
-        pin.port
-    ))
+    Err(PinError::Other { what, claimed: crate::term::escape(&claimed.to_string()).to_string(), judged: judged.clone(), port: pin.port })
 }
 
 /// `host:port`, `[v6]:port`, `host` → the host part.
@@ -130,7 +174,7 @@ fn strip_port(text: &str) -> &str {
 
 /// What `buf` is, `None` while more bytes are needed to tell, `Err` for a hello or head that
 /// cannot be read (the tunnel closes rather than pass something the check did not understand).
-fn classify(buf: &[u8]) -> Result<Option<First>, String> {
+fn classify(buf: &[u8]) -> Result<Option<First>, Unreadable> {
     // Servers skip empty lines before a request line (RFC 9112, 2.2): so does the check, or a
     // leading CRLF would pass a request as opaque bytes.
     let start = buf.iter().take_while(|b| matches!(b, b'\r' | b'\n')).count();
@@ -165,16 +209,16 @@ fn classify(buf: &[u8]) -> Result<Option<First>, String> {
 
 /// The SNI of the ClientHello that `buf` starts with (its handshake message may span several
 /// records), `Ok(None)` inside `Some` for a hello without one; `None` while incomplete.
-fn client_hello(buf: &[u8]) -> Result<Option<Option<String>>, String> {
+fn client_hello(buf: &[u8]) -> Result<Option<Option<String>>, Unreadable> {
     let mut message = Vec::new();
     let mut at = 0;
     loop {
         let Some(header) = buf.get(at..at + 5) else { return Ok(None) };
         if header[0] != 0x16 {
-            return Err("a TLS record other than a handshake came before the ClientHello was complete".into());
+            return Err(Unreadable::NotHandshake);
         }
         if header[1] != 3 {
-            return Err(format!("a TLS record of version {}.{}", header[1], header[2]));
+            return Err(Unreadable::Version(header[1], header[2]));
         }
         let len = u16::from_be_bytes([header[3], header[4]]) as usize;
         let Some(fragment) = buf.get(at + 5..at + 5 + len) else { return Ok(None) };
@@ -184,11 +228,11 @@ fn client_hello(buf: &[u8]) -> Result<Option<Option<String>>, String> {
             continue;
         }
         if message[0] != 1 {
-            return Err(format!("the first TLS handshake message is of type {}, not a ClientHello", message[0]));
+            return Err(Unreadable::NotClientHello(message[0]));
         }
         let body_len = u32::from_be_bytes([0, message[1], message[2], message[3]]) as usize;
         if 4 + body_len > MAX_SNIFF {
-            return Err(format!("the TLS ClientHello is longer than {MAX_SNIFF} bytes"));
+            return Err(Unreadable::HelloTooLong);
         }
         if message.len() >= 4 + body_len {
             return server_name(&message[4..4 + body_len]).map(Some);
@@ -200,26 +244,26 @@ fn client_hello(buf: &[u8]) -> Result<Option<Option<String>>, String> {
 struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Unreadable> {
         if self.0.len() < n {
-            return Err("the TLS ClientHello is cut short or a length in it is wrong".into());
+            return Err(Unreadable::CutShort);
         }
         let (head, rest) = self.0.split_at(n);
         self.0 = rest;
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<usize, String> {
+    fn u8(&mut self) -> Result<usize, Unreadable> {
         Ok(self.take(1)?[0] as usize)
     }
 
-    fn u16(&mut self) -> Result<usize, String> {
+    fn u16(&mut self) -> Result<usize, Unreadable> {
         let b = self.take(2)?;
         Ok(u16::from_be_bytes([b[0], b[1]]) as usize)
     }
 
     /// A field with a length prefix of `width` bytes.
-    fn vector(&mut self, width: usize) -> Result<Reader<'a>, String> {
+    fn vector(&mut self, width: usize) -> Result<Reader<'a>, Unreadable> {
         let len = if width == 1 { self.u8()? } else { self.u16()? };
         Ok(Reader(self.take(len)?))
     }
@@ -227,7 +271,7 @@ impl<'a> Reader<'a> {
 
 /// The host name of a ClientHello body's `server_name` extension (RFC 6066), if any. More than
 /// one such extension or name is refused: a server might read another one than the check did.
-fn server_name(body: &[u8]) -> Result<Option<String>, String> {
+fn server_name(body: &[u8]) -> Result<Option<String>, Unreadable> {
     let mut r = Reader(body);
     r.take(2 + 32)?; // version, random
     r.vector(1)?; // session id
@@ -245,7 +289,7 @@ fn server_name(body: &[u8]) -> Result<Option<String>, String> {
             continue;
         }
         if found.is_some() {
-            return Err("the TLS ClientHello has more than one server_name extension".into());
+            return Err(Unreadable::TwoServerNameExtensions);
         }
         let mut list = data.vector(2)?;
         let mut name = None;
@@ -254,9 +298,9 @@ fn server_name(body: &[u8]) -> Result<Option<String>, String> {
             let value = list.vector(2)?;
             if name_type == 0 {
                 if name.is_some() {
-                    return Err("the TLS ClientHello names more than one server".into());
+                    return Err(Unreadable::TwoServerNames);
                 }
-                let text = std::str::from_utf8(value.0).map_err(|_| "the TLS ClientHello's server name is not text".to_string())?;
+                let text = std::str::from_utf8(value.0).map_err(|_| Unreadable::NameNotText)?;
                 name = Some(text.to_string());
             }
         }
@@ -267,11 +311,11 @@ fn server_name(body: &[u8]) -> Result<Option<String>, String> {
 
 /// A plaintext request head: its `Host` and an absolute-form target's authority. `None` until
 /// the blank line ending the head has come.
-fn http_head(buf: &[u8]) -> Result<Option<First>, String> {
+fn http_head(buf: &[u8]) -> Result<Option<First>, Unreadable> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n").or_else(|| buf.windows(2).position(|w| w == b"\n\n")) else {
         return Ok(None);
     };
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| "the tunnel's HTTP request head is not text".to_string())?;
+    let head = std::str::from_utf8(&buf[..end]).map_err(|_| Unreadable::HeadNotText)?;
     let mut lines = head.lines();
     let request = lines.next().unwrap_or_default();
     let target = request.split(' ').nth(1).unwrap_or_default();
@@ -282,7 +326,7 @@ fn http_head(buf: &[u8]) -> Result<Option<First>, String> {
         let Some((name, value)) = line.split_once(':') else { continue };
         if name.trim().eq_ignore_ascii_case("host") {
             if host.is_some() {
-                return Err("the tunnel's HTTP request has more than one Host header".into());
+                return Err(Unreadable::TwoHosts);
             }
             host = Some(value.trim().to_string());
         }

@@ -85,9 +85,19 @@ impl Claimed {
         drop(wake);
         let pid = crate::backend::docker::pooled::main_pid(name).ok_or_else(|| ResidentError::Ended(format!("container {name} does not run")))?;
         verify_agent(&stream, plan.user.uid, Some(pid))?;
-        protected_binds_held(pid, plan).map_err(ResidentError::Ended)?;
+        protected_binds_held(pid, plan).map_err(|e| ResidentError::Ended(e.to_string()))?;
         Ok((stream, pid))
     }
+}
+
+/// Why a claimed container cannot be trusted with its plan's protected paths.
+#[derive(Debug, thiserror::Error)]
+enum BindsGone {
+    #[error("cannot read its mounts ({0})")]
+    Mounts(#[source] std::io::Error),
+    /// The path, escaped for a terminal.
+    #[error("the read-only bind of its protected path {0} is gone")]
+    Gone(String),
 }
 
 /// Checks that every protected path the run's plan finds bound read-only is still so in the
@@ -95,8 +105,8 @@ impl Claimed {
 /// but a file's bind in the container goes when its name is unlinked on the host (a link
 /// made to it first keeps the object, and so the plan's identity, the same); the run would
 /// then find that file writable where a cold run has it read-only.
-fn protected_binds_held(pid: u32, plan: &LaunchPlan) -> Result<(), String> {
-    let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).map_err(|e| format!("cannot read its mounts ({e})"))?;
+fn protected_binds_held(pid: u32, plan: &LaunchPlan) -> Result<(), BindsGone> {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).map_err(BindsGone::Mounts)?;
     // Mount point → whether the topmost mount there is read-only (later lines are on top).
     let mut read_only = std::collections::HashMap::new();
     for line in table.lines() {
@@ -109,7 +119,7 @@ fn protected_binds_held(pid: u32, plan: &LaunchPlan) -> Result<(), String> {
         for bound in &area.bound {
             let path = format!("{}/{}", area.target.trim_end_matches('/'), bound.path);
             if read_only.get(&path) != Some(&true) {
-                return Err(format!("the read-only bind of its protected path {} is gone", crate::term::escape(&path)));
+                return Err(BindsGone::Gone(crate::term::escape(&path).into_owned()));
             }
         }
     }

@@ -171,7 +171,7 @@ impl ShellPolicy {
         if let Some(pre) = self.preapproved(&script, &covered, unjudged.is_empty() && !env_given, sandbox) {
             return match pre {
                 Ok((approval_required, rule)) => ShellDecision::Allowed { args: run_args(&script, command, dialect), approval_required, rule: Some(rule) },
-                Err(reason) => refuse(reason),
+                Err(reason) => refuse(reason.to_string()),
             };
         }
         // Why an allow rule did not apply, when it names a program this command runs.
@@ -250,7 +250,13 @@ impl ShellPolicy {
     /// `Some` when allow rules cover every program (`clean`: nothing unjudged, no variables
     /// set): whether a person must still approve, and the rules; or why a rule's
     /// `sandbox_paths` refuse it.
-    fn preapproved(&self, script: &Script, covered: &[Option<&ShellRule>], clean: bool, sandbox: &Sandbox) -> Option<Result<(bool, String), String>> {
+    fn preapproved(
+        &self,
+        script: &Script,
+        covered: &[Option<&ShellRule>],
+        clean: bool,
+        sandbox: &Sandbox,
+    ) -> Option<Result<(bool, String), shell_paths::PathsError>> {
         if !clean || !script.assigns.is_empty() || covered.is_empty() || covered.iter().any(Option::is_none) {
             return None;
         }
@@ -309,13 +315,13 @@ fn plain(cmd: &Command) -> bool {
 
 /// `args` checked against `allowed` from every directory the command may run in; `None` when
 /// that is not known (or a word is an expansion): no rule can cover it then.
-fn paths_in(args: &[String], allowed: &[String], sandbox: &Sandbox, cwd: &Cwd) -> Option<Result<(), String>> {
+fn paths_in(args: &[String], allowed: &[String], sandbox: &Sandbox, cwd: &Cwd) -> Option<Result<(), shell_paths::PathsError>> {
     if cwd.unknown.is_some() || args.iter().any(|a| a.starts_with(NONLITERAL)) {
         return None;
     }
     for dir in &cwd.dirs {
         if let Err(e) = shell_paths::check(args, allowed, sandbox, dir) {
-            return Some(Err(e.to_string()));
+            return Some(Err(e));
         }
     }
     Some(Ok(()))
