@@ -19,15 +19,21 @@ mod agent_program;
 mod control;
 mod gitdir;
 mod hookspath;
+mod mounts;
 mod pin;
+mod services;
+pub use services::{AGENT_PROGRAM, AGENT_SOCKET_DIR, AGENT_SOCKET_NAME, BROKER_MOUNT_POINT, WORKER_HOSTNAME};
 pub mod protected;
 pub mod runtime;
 pub mod ship;
 mod workdir;
+use mounts::copy_mounts;
+pub(crate) use mounts::zone_mounts_as;
+pub use mounts::{default_workdir, mount_target, mounts_for, zone_mounts};
 pub use workdir::WorkdirError;
 
 use crate::config::{ImageRef, Limits, Project, Worker};
-use crate::sandbox::{Addressing, Sandbox};
+use crate::sandbox::Sandbox;
 
 /// Where a root-form sandbox (one directory as virtual `/`) appears inside a worker.
 pub const ROOT_FORM_MOUNT_POINT: &str = "/sandbox";
@@ -360,86 +366,6 @@ pub fn host_system_layout_at(root: &Path) -> Vec<SystemEntry> {
     out
 }
 
-/// Where the mounts of `sandbox` appear inside a worker: zones at their mount points; the
-/// root form at [`ROOT_FORM_MOUNT_POINT`]. An area is mounted read-write only when it is
-/// writable *and* its mount's writes and deletes are pre-approved; otherwise writes must go
-/// through the tool service, which asks.
-pub fn mounts_for(sandbox: &Sandbox) -> Vec<PlanMount> {
-    zone_mounts(sandbox).into_iter().map(|(m, _)| m).collect()
-}
-
-/// [`mounts_for`], each with the name of the sandbox mount it belongs to.
-pub fn zone_mounts(sandbox: &Sandbox) -> Vec<(PlanMount, String)> {
-    zone_mounts_as(sandbox, false)
-}
-
-/// [`zone_mounts`], with every zone copy-delivered when `all_copied` (a plan shipped to a
-/// remote engine, [`ship`]).
-pub(crate) fn zone_mounts_as(sandbox: &Sandbox, all_copied: bool) -> Vec<(PlanMount, String)> {
-    let target_of = |sandbox_path: &str| mount_target(sandbox.addressing(), sandbox_path);
-    // A copy-delivered zone is writable in its private copy: its approval is asked before
-    // the result is published instead.
-    let preapproved = |mount: &str| {
-        sandbox.mounts().iter().any(|m| m.name == mount && (all_copied || m.approval.writes_preapproved() || m.delivery == crate::sandbox::Delivery::Copy))
-    };
-    let writable: Vec<_> = sandbox.writable_held().into_iter().filter(|(a, _)| preapproved(&a.mount)).collect();
-    let mut out: Vec<(PlanMount, String)> = Vec::new();
-    for (a, held) in sandbox.readable_held() {
-        let rw = writable.iter().any(|(w, _)| w.sandbox_path == a.sandbox_path);
-        out.push((PlanMount { source: a.host_path, target: target_of(&a.sandbox_path), read_only: !rw, held: Some(held) }, a.mount));
-    }
-    // Writable areas nested inside a read-only area get their own read-write mount.
-    for (w, held) in writable {
-        if !out.iter().any(|(m, _)| m.target == target_of(&w.sandbox_path)) {
-            out.push((PlanMount { source: w.host_path, target: target_of(&w.sandbox_path), read_only: false, held: Some(held) }, w.mount));
-        }
-    }
-    out.sort_by(|(a, _), (b, _)| a.target.matches('/').count().cmp(&b.target.matches('/').count()).then(a.target.cmp(&b.target)));
-    out
-}
-
-/// Where the area at `sandbox_path` is mounted in the worker (a root-form sandbox's `/` is
-/// [`ROOT_FORM_MOUNT_POINT`]).
-pub fn mount_target(addressing: Addressing, sandbox_path: &str) -> String {
-    match addressing {
-        Addressing::Zones => sandbox_path.to_string(),
-        Addressing::Root => {
-            let rest = sandbox_path.trim_start_matches('/');
-            if rest.is_empty() {
-                ROOT_FORM_MOUNT_POINT.to_string()
-            } else {
-                format!("{ROOT_FORM_MOUNT_POINT}/{rest}")
-            }
-        }
-    }
-}
-
-/// The zone mounts that `delivery: copy` replaces by a private copy. A zone that already is
-/// the private copy of the run that starts this one (a shell command's, a child worker's) is
-/// bound as it is: its changes are that run's, published after that run's review. A zone
-/// holding control files is refused: they are bound live over the zone and would be
-/// published from the copy.
-fn copy_mounts(sandbox: &Sandbox, zones: &[(PlanMount, String)], control: &[pin::Pinned]) -> Result<Vec<CopyMount>, PlanError> {
-    let mut out = Vec::new();
-    for (m, name) in zones {
-        let Some(zone) = sandbox.mounts().iter().find(|x| &x.name == name && x.delivery == crate::sandbox::Delivery::Copy) else { continue };
-        if sandbox.is_copied(&zone.name) {
-            continue;
-        }
-        if control.iter().any(|c| c.bind.source.starts_with(&m.source)) {
-            return Err(PlanError::CopyDelivery(zone.name.clone()));
-        }
-        out.push(CopyMount { target: m.target.clone(), zone: zone.name.clone(), writable: !m.read_only, withhold: Vec::new() });
-    }
-    Ok(out)
-}
-
-/// The working directory of a run that names none: the first writable mount, else the first
-/// mount, else `/tmp`.
-pub fn default_workdir(mounts: &[PlanMount]) -> String {
-    mounts.iter().find(|m| !m.read_only).or(mounts.first()).map(|m| m.target.clone()).unwrap_or_else(|| "/tmp".into())
-}
-
 /// The host user workers run as when workcell runs as root and the project's owner is root
 /// too (`nobody:nogroup` on Debian and most distributions).
 pub const FALLBACK_USER: UserSpec = UserSpec { uid: 65534, gid: 65534 };
@@ -597,43 +523,5 @@ impl LaunchPlan {
     /// The timeout, if any.
     pub fn timeout(&self) -> Option<Duration> {
         self.limits.timeout
-    }
-}
-
-/// Where the broker directory (socket, call input, attachments) appears in a worker.
-pub const BROKER_MOUNT_POINT: &str = "/run/workcell";
-
-/// The host name a worker sees, on every backend.
-pub const WORKER_HOSTNAME: &str = "workcell";
-
-/// Where the exec agent's directory (holding the socket) appears inside the sandbox.
-pub const AGENT_SOCKET_DIR: &str = "/run/workcell-agent";
-/// The agent's socket's file name in that directory.
-pub const AGENT_SOCKET_NAME: &str = "agent.sock";
-/// Where the agent's program (this binary, bound read-only) appears inside the sandbox.
-pub const AGENT_PROGRAM: &str = "/run/workcell-agent-bin";
-
-impl LaunchPlan {
-    /// Mounts the broker directory read-only at [`BROKER_MOUNT_POINT`] and tells the worker
-    /// where the socket is and which token to send. (A Unix socket on a read-only mount can
-    /// still be connected to.)
-    pub fn attach_broker(&mut self, dir: &Path, token: &str) {
-        // Bound by handle like the zones (a backend that cannot falls back to the path, which
-        // only this process can change: the directory is private).
-        let held = std::fs::File::open(dir).ok().map(|f| Held(Arc::new(f.into())));
-        self.mounts.push(PlanMount { source: dir.to_path_buf(), target: BROKER_MOUNT_POINT.to_string(), read_only: true, held });
-        self.env.insert("WORKCELL_BROKER".to_string(), format!("{BROKER_MOUNT_POINT}/broker.sock"));
-        self.env.insert("WORKCELL_TOKEN".to_string(), token.to_string());
-    }
-
-    /// Binds the exec agent's socket directory `dir` and this binary (the agent's program)
-    /// read-only, both by handle (see `crate::agent`).
-    pub fn attach_agent(&mut self, dir: &Path) -> std::io::Result<()> {
-        let exe = agent_program::reachable(dir, self.user)?;
-        for (source, target) in [(dir.to_path_buf(), AGENT_SOCKET_DIR), (exe, AGENT_PROGRAM)] {
-            let held = Held(Arc::new(std::fs::File::open(&source)?.into()));
-            self.mounts.push(PlanMount { source, target: target.to_string(), read_only: true, held: Some(held) });
-        }
-        Ok(())
     }
 }
