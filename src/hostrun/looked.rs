@@ -184,8 +184,11 @@ impl Looking {
     }
 
     /// Begins the record of the directory at `rel` with the status `st`, about to be listed.
-    pub fn listing(&mut self, st: &Stat) -> Listing {
-        self.listed = true;
+    /// A directory of `.workcell/` listed again is no reason to keep the records anew: in a
+    /// zone that is the project, keeping them changes `.workcell/looked/` itself, and each
+    /// run would otherwise rewrite them for that alone.
+    pub fn listing(&mut self, rel: &[u8], st: &Stat) -> Listing {
+        self.listed |= !(rel == b".workcell" || rel.starts_with(b".workcell/"));
         Listing { seen: Some(Seen { id: (st.st_dev, st.st_ino), ctime: ctime(st), at: self.now, names: Vec::new(), others: 0 }) }
     }
 

@@ -55,7 +55,7 @@ pub enum ProtectError {
     /// A directory holding more names than one may (`hostrun::tally::max_dir_entries`).
     #[error("the directory '{}' holds more than {} names; a folder that crowded is not checked. Split it into smaller folders, or move it out of the zone (into a read-only zone of its own)", crate::term::escape(.0), .1)]
     Crowded(String, u64),
-    #[error("directories nested deeper than {MAX_DEPTH} levels (at '{}')", crate::term::escape(.0))]
+    #[error("directories nested {MAX_DEPTH} levels deep or deeper (at '{}')", crate::term::escape(.0))]
     TooDeep(String),
     #[error("more than {MAX_BOUND} files the host runs to keep read-only")]
     TooManyBound,
@@ -241,7 +241,9 @@ fn walk(
     let root = open_dir(dir, Path::new(".")).map_err(|e| ProtectError::Unreadable(".".into(), e.to_string()))?;
     let mut stack: Vec<(Arc<OwnedFd>, PathBuf)> = vec![(Arc::new(root), PathBuf::new())];
     while let Some((fd, rel)) = stack.pop() {
-        if rel.components().count() > MAX_DEPTH {
+        // The sweep holds at most MAX_DEPTH directories open, the zone's own among them: it
+        // moves aside a directory MAX_DEPTH levels down, so one that deep is refused here.
+        if rel.components().count() >= MAX_DEPTH {
             // A subtree the sweep moved whole for its depth lies three levels down in the
             // quarantine: not bound, moved whole again by this run's sweep (as the sweep
             // does with any subtree that deep), never a reason to refuse every later run.
@@ -262,7 +264,7 @@ fn walk(
                 Box::new(seen.entries().map(|(n, t, ino)| Ok((n.as_bytes().to_vec(), t, ino))))
             }
             None => {
-                listing = Some(looking.listing(&st));
+                listing = Some(looking.listing(rel.as_os_str().as_bytes(), &st));
                 let entries = rustix::fs::Dir::read_from(&*fd).map_err(|e| unreadable(&e))?;
                 Box::new(entries.map(|e| e.map(|e| (e.file_name().to_bytes().to_vec(), e.file_type(), e.ino())).map_err(|e| unreadable(&e))))
             }

@@ -135,7 +135,7 @@ fn a_record_is_trusted_only_for_the_same_object_unchanged_and_settled() {
     let dir = |rel: &str| fs::File::open(tmp.path().join(rel)).unwrap();
     let st = |rel: &str| rustix::fs::fstat(dir(rel)).unwrap();
     let mut first = Looking::new(root.as_fd(), &p, |_| None);
-    let l = first.listing(&st("a1"));
+    let l = first.listing(b"a1", &st("a1"));
     first.listed(b"a1", l);
     let made = first.after.clone();
     // The same directory, unchanged, long settled: trusted.
@@ -149,7 +149,7 @@ fn a_record_is_trusted_only_for_the_same_object_unchanged_and_settled() {
     assert!(again.trusted(b"a1", &st("a1")).is_none());
     // Listed too soon after its last change (racy): not, even unchanged.
     let mut racy = Looking::new(root.as_fd(), &p, |_| None);
-    let l = racy.listing(&st("a1"));
+    let l = racy.listing(b"a1", &st("a1"));
     racy.listed(b"a1", l);
     let racy_made = racy.after.clone();
     let mut later = Looking::new(root.as_fd(), &p, |_| Some(racy_made.clone()));

@@ -41,7 +41,7 @@ impl Frame {
                     unlisted = seen.others;
                     recorded = Some(seen.entries().filter_map(|(n, t, ino)| CString::new(n).ok().map(|n| (n, t, ino))).collect::<Vec<_>>());
                 }
-                None => listing = Some(looking.listing(&st)),
+                None => listing = Some(looking.listing(rel, &st)),
             }
         }
         let source = match recorded {
