@@ -14,9 +14,9 @@ use workcell::config::{BackendChoice, Project, Rule, ShellRule};
 use workcell::run::runner::BackendRunner;
 use workcell::tools::approval::ApprovalMode;
 use workcell::tools::service::Caller;
+use workcell::tools::shell::dialect::Dialect;
+use workcell::tools::shell::script::analyse_script_as;
 use workcell::tools::shell::{ShellDecision, ShellPolicy};
-use workcell::tools::shell_dialect::Dialect;
-use workcell::tools::shell_script::analyse_script_as;
 
 #[path = "shell_dialect/corpus.rs"]
 mod corpus;

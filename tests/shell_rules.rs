@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use workcell::config::{Project, Rule, ShellRule};
 use workcell::tools::git_guard;
 use workcell::tools::launchers::analyse;
+use workcell::tools::shell::paths::path_candidates;
 use workcell::tools::shell::{ShellDecision, ShellPolicy};
-use workcell::tools::shell_paths::path_candidates;
 
 /// `data/` (ro) and `out/` (rw) zones. `data/pub` is what `sandbox_paths` allows; links in it
 /// lead out of it in several ways.

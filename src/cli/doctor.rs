@@ -215,7 +215,7 @@ fn print_project(p: &ProjectFindings) {
     }
     if let Some(image) = &p.image {
         outln!("  mcp sessions: one sandbox per session, commands by {}", crate::run::resident::Exec::summary(image));
-        outln!("  shell tool: {}", crate::tools::shell_dialect::Dialect::for_image(image).describe());
+        outln!("  shell tool: {}", crate::tools::shell::dialect::Dialect::for_image(image).describe());
     }
     for finding in &p.access {
         // Already escaped where it quotes paths and names. The refusal is its first line;

@@ -123,7 +123,7 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
                 "mcp_session".into(),
                 serde_json::json!({"docker": way(crate::backend::Selected::Docker), "bwrap": way(crate::backend::Selected::Bwrap)}),
             );
-            obj.insert("shell".into(), serde_json::json!(crate::tools::shell_dialect::Dialect::for_image(&plan.image)));
+            obj.insert("shell".into(), serde_json::json!(crate::tools::shell::dialect::Dialect::for_image(&plan.image)));
             let pending: Vec<_> = sandbox.pending_roots().into_iter().map(|(path, write)| serde_json::json!({"sandbox_path": path, "write": write})).collect();
             if !pending.is_empty() {
                 obj.insert("pending_grants".into(), serde_json::Value::Array(pending));
@@ -155,7 +155,7 @@ fn print_plan(args: &PlanArgs, plan: &LaunchPlan, sandbox: &crate::sandbox::Sand
         print_protected(&plan);
         outln!("{}   {}", heading("limits:"), limits_text(&plan.limits));
         outln!("{}      one sandbox per session, commands by {}", heading("mcp:"), crate::run::resident::Exec::summary(&plan.image));
-        outln!("{}    the shell tool runs {}", heading("shell:"), crate::tools::shell_dialect::Dialect::for_image(&plan.image).describe());
+        outln!("{}    the shell tool runs {}", heading("shell:"), crate::tools::shell::dialect::Dialect::for_image(&plan.image).describe());
         match crate::pool::why_not(&plan, runs_on.selected.unwrap_or(crate::backend::Selected::Docker)) {
             None => outln!("{}     docker runs of this plan can start warm (`workcell pool fill` with the same arguments)", heading("pool:")),
             Some(why) => outln!("{}     not pooled: {why}", heading("pool:")),

@@ -5,7 +5,7 @@
 //! launcher at all. A launcher whose program is only known at run time (`xargs -I`, `xargs sh`,
 //! `find -exec sh -c {}`, `parallel`, `env -S`) cannot be read: the chain is opaque.
 
-use super::shell_dialect::Dialect;
+use super::shell::dialect::Dialect;
 
 /// Launchers nested deeper than this are not followed (the command is then opaque).
 const MAX_DEPTH: usize = 16;
@@ -27,7 +27,7 @@ pub struct Chain {
     /// shell string with globs, nesting too deep): which program runs is then unknown.
     pub opaque: Option<String>,
     /// Shell strings the chain runs (`sh -c STRING`, at any depth), with the dialect of the
-    /// shell that runs each: the caller parses and judges them as scripts (`shell_script`).
+    /// shell that runs each: the caller parses and judges them as scripts (`shell::script`).
     pub scripts: Vec<(String, Dialect)>,
 }
 

@@ -12,8 +12,3 @@ mod mcp_id;
 pub mod mcp_stdio;
 pub mod service;
 pub mod shell;
-mod shell_builtins;
-pub mod shell_dialect;
-pub mod shell_paths;
-pub mod shell_script;
-mod shell_words;

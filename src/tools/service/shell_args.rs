@@ -54,7 +54,7 @@ fn reserved(name: &str) -> Option<&'static str> {
     if name.starts_with("GIT_") {
         return Some("git's variables are set by workcell to keep git from running the repository's programs");
     }
-    if super::super::shell_script::dangerous_name(name) || name == "PATH" || name == "IFS" {
+    if crate::tools::shell::script::dangerous_name(name) || name == "PATH" || name == "IFS" {
         return Some("the shell reads it as code or to find programs");
     }
     None

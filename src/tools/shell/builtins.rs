@@ -1,12 +1,12 @@
 //! Shell builtins that run, or change how the shell runs, other words (`exec`, `command`,
 //! `eval`, `trap`, `source`, `cd`), redirections, `[[ … ]]` tests and compound commands
-//! (`if`, loops, `case`, groups), for the walk of `shell_script`; and which command lines
+//! (`if`, loops, `case`, groups), for the walk of `script`; and which command lines
 //! are one program run without a shell.
 
 use brush_parser::ast::{self, CompoundCommand as CC};
 
-use super::launchers::program_name;
-use super::shell_script::{dangerous_name, options, Cwd, Redirect, Script, Walker, Word, NAME_BUILTINS, NONLITERAL};
+use super::script::{dangerous_name, options, Cwd, Redirect, Script, Walker, Word, NAME_BUILTINS, NONLITERAL};
+use crate::tools::launchers::program_name;
 
 /// Builtins that only a shell can run (or that change the shell itself).
 const SHELL_ONLY: &[&str] = &[

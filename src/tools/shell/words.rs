@@ -4,7 +4,7 @@
 
 use brush_parser::word::{self, ParameterExpr as P, WordPiece, WordPieceWithSource};
 
-use super::shell_script::{options, Cwd, Walker};
+use super::script::{options, Cwd, Walker};
 
 /// Characters arithmetic may hold without reading a variable: bash evaluates a variable's
 /// value as arithmetic again, and `a[$(cmd)]` there runs `cmd`.
@@ -159,7 +159,7 @@ impl Walker {
         if let P::AssignDefaultValues { parameter: Param::Named(n), .. } = e {
             let n = n.clone();
             self.out.assigns.push(format!("'${{{n}:=…}}' sets {n}"));
-            if super::shell_script::dangerous_name(&n) {
+            if super::script::dangerous_name(&n) {
                 self.opaque(format!("'${{{n}:=…}}' sets {n}, which the shell or the loader reads as code"));
             }
         }

@@ -10,7 +10,7 @@
 use brush_parser::ast;
 use brush_parser::word::{ParameterExpr, WordPiece};
 
-use super::shell_script::Walker;
+use super::script::Walker;
 use crate::config::ImageRef;
 
 /// The shell a command line runs in, and so the grammar it is judged in.

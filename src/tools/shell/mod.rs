@@ -1,16 +1,21 @@
 //! Shell rules: which command lines a worker may run, and which need a person's yes. A command
-//! line is parsed as shell syntax (`shell_script`) and every program it runs is judged: a deny
+//! line is parsed as shell syntax (`script`) and every program it runs is judged: a deny
 //! rule matches any of them, an allow rule pre-approves a command line only when it covers each
 //! of them, started directly. Redirections into files are judged like the tools' own writes.
 
 use serde::Serialize;
 
-use super::launchers::{program_name, Stage};
-use super::shell_dialect::Dialect;
-use super::shell_paths;
-use super::shell_script::{analyse_script_as, Command, Cwd, Redirect, Script, NONLITERAL};
+mod builtins;
+pub mod dialect;
+pub mod paths;
+pub mod script;
+mod words;
+
 use crate::config::{Rule, ShellRule};
 use crate::sandbox::Sandbox;
+use crate::tools::launchers::{program_name, Stage};
+use dialect::Dialect;
+use script::{analyse_script_as, Command, Cwd, Redirect, Script, NONLITERAL};
 
 /// The shell rules of one worker. Precedence: `tool_rules.shell.allowed: false` disables the
 /// tool; else the first matching `shell_rules` entry decides; else `shell_default`; else
@@ -256,7 +261,7 @@ impl ShellPolicy {
         covered: &[Option<&ShellRule>],
         clean: bool,
         sandbox: &Sandbox,
-    ) -> Option<Result<(bool, String), shell_paths::PathsError>> {
+    ) -> Option<Result<(bool, String), paths::PathsError>> {
         if !clean || !script.assigns.is_empty() || covered.is_empty() || covered.iter().any(Option::is_none) {
             return None;
         }
@@ -298,7 +303,7 @@ impl ShellPolicy {
     }
 }
 
-/// A redirection's file as a word `shell_paths` reads as a path (never as an option).
+/// A redirection's file as a word `paths` reads as a path (never as an option).
 fn redirect_arg(r: &Redirect) -> String {
     match &r.target {
         Some(t) if t.starts_with('-') => format!("./{t}"),
@@ -315,12 +320,12 @@ fn plain(cmd: &Command) -> bool {
 
 /// `args` checked against `allowed` from every directory the command may run in; `None` when
 /// that is not known (or a word is an expansion): no rule can cover it then.
-fn paths_in(args: &[String], allowed: &[String], sandbox: &Sandbox, cwd: &Cwd) -> Option<Result<(), shell_paths::PathsError>> {
+fn paths_in(args: &[String], allowed: &[String], sandbox: &Sandbox, cwd: &Cwd) -> Option<Result<(), paths::PathsError>> {
     if cwd.unknown.is_some() || args.iter().any(|a| a.starts_with(NONLITERAL)) {
         return None;
     }
     for dir in &cwd.dirs {
-        if let Err(e) = shell_paths::check(args, allowed, sandbox, dir) {
+        if let Err(e) = paths::check(args, allowed, sandbox, dir) {
             return Some(Err(e));
         }
     }

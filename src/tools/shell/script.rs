@@ -6,7 +6,7 @@
 //! variables) is listed as opaque, naming the part. Pure: the sandbox is consulted later.
 //!
 //! The text is parsed as bash. It is judged in the dialect of the shell that runs it
-//! (`shell_dialect`): as bash when bash runs it, else as POSIX sh, where every construct sh
+//! (`dialect`): as bash when bash runs it, else as POSIX sh, where every construct sh
 //! reads otherwise is listed as foreign and the line refused. Nested strings are judged in
 //! the dialect of the shell that runs them (`sh -c` POSIX, `bash -c` bash, `zsh -c` not at all).
 
@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 use brush_parser::ast;
 use brush_parser::ParserOptions;
 
-use super::launchers::{analyse, is_launcher, Chain};
-use super::shell_dialect::{grammar_differs, lexical_trap, Dialect};
+use super::dialect::{grammar_differs, lexical_trap, Dialect};
+use crate::tools::launchers::{analyse, is_launcher, Chain};
 
 /// Marks a word the shell expands (its source text follows): never equal to a literal word,
 /// since a command holding U+0000 is refused before it is parsed.
@@ -171,7 +171,7 @@ pub fn analyse_script_as(text: &str, workdir: &str, dialect: Dialect) -> Result<
     let mut w = Walker { dialect, ..Walker::default() };
     w.checked(text, &program, |w| w.program(&program, &Cwd::at(workdir)));
     let mut script = w.out;
-    script.argv = super::shell_builtins::direct_argv(&program, &script);
+    script.argv = super::builtins::direct_argv(&program, &script);
     let mut seen = BTreeSet::new();
     script.opaque.retain(|o| seen.insert(o.clone()));
     let mut seen = BTreeSet::new();
@@ -474,5 +474,5 @@ impl Walker {
 }
 
 #[cfg(test)]
-#[path = "shell_script_tests.rs"]
+#[path = "script_tests.rs"]
 mod tests;
