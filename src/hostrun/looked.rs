@@ -138,7 +138,10 @@ impl PartialEq for Records {
 /// Whether a walk acts on the name at `rel` (a directory, a protected path, a name that
 /// makes its directory a git directory, a shell start-up file): a record keeps it.
 pub fn interesting(rel: &Path, name: &[u8], dir: bool, matched: bool) -> bool {
-    dir || matched || matches!(name, b"HEAD" | b"objects" | b"refs" | b"commondir") || super::home::is_startup(rel)
+    // The start-up file's last name first: most names are none of them, and this is asked
+    // of every name a walk lists.
+    let startup = || super::home::STARTUP.iter().any(|s| s.rsplit('/').next().is_some_and(|last| last.as_bytes() == name)) && super::home::is_startup(rel);
+    dir || matched || matches!(name, b"HEAD" | b"objects" | b"refs" | b"commondir") || startup()
 }
 
 /// One walk's use of records: the ones it may trust, and the ones it makes.

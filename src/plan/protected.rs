@@ -105,11 +105,11 @@ pub(super) fn protected_areas(
     // A zone its configuration made a home already was walked with the home entries.
     let rewalk = found_homes.iter().any(|(t, _)| walked.iter().any(|w| w.m.target == *t && !home::widened(&w.protection)));
     homes.extend(found_homes);
-    let mut first: Vec<(String, Looked)> = Vec::new();
+    let mut first: Vec<(String, Looked, bool)> = Vec::new();
     if !named.is_empty() || rewalk {
         hooks.extend(named);
         // The first walk's records are kept too: the next launch walks with both again.
-        first = walked.into_iter().map(|w| (w.m.target.clone(), w.looking.after)).collect();
+        first = walked.into_iter().map(|w| (w.m.target.clone(), w.looking.after, w.looking.listed)).collect();
         walked = walk_zones(sandbox, project_dir, zones, other, &hooks, &homes)?;
     }
     let mut budget = Budget::default();
@@ -147,10 +147,11 @@ pub(super) fn protected_areas(
             by_family: w.protection.families().to_vec(),
             bound,
             protection: w.protection.clone(),
-            looked: Records::new(
-                first.iter().filter(|(t, _)| *t == w.m.target).map(|(_, l)| l.clone()).chain([w.looking.after.clone()]).collect(),
-                w.looking.listed,
-            ),
+            looked: {
+                let first: Vec<&(String, Looked, bool)> = first.iter().filter(|(t, _, _)| *t == w.m.target).collect();
+                let listed = w.looking.listed || first.iter().any(|(_, _, listed)| *listed);
+                Records::new(first.into_iter().map(|(_, l, _)| l.clone()).chain([w.looking.after.clone()]).collect(), listed)
+            },
         });
     }
     Ok((areas, binds))
