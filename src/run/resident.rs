@@ -20,9 +20,7 @@ use super::{planted, RunError, Services, Session, Spec};
 use crate::agent::{self, FrameError, Request, Response};
 use crate::backend::{self, BackendError, Finished, Output, Selected};
 use crate::config::ImageRef;
-use crate::plan::{LaunchPlan, Overrides};
-use crate::run::runner::BackendRunner;
-use crate::sandbox::Sandbox;
+use crate::plan::LaunchPlan;
 use crate::tools::service::ShellRun;
 use socket::agent_pidfd;
 pub(crate) use socket::{verify_agent, AgentSocket};
@@ -167,18 +165,21 @@ impl std::fmt::Debug for Resident {
 }
 
 impl Resident {
-    /// Starts a session sandbox for `sandbox` the way `runner` runs commands; `None` when its
+    /// Starts a session sandbox from `spec`, a command's run as the session's runner would
+    /// start it (`run/runner`: its project, sandbox, limits, runtime, backend choice and
+    /// itself as the parent), whose command and services this fills in; `None` when its
     /// backend keeps no sandbox between calls, or its zones are copy-delivered (each call's
     /// result is then reviewed and published at the call's end, as before).
-    pub fn start(runner: &BackendRunner, sandbox: &Sandbox) -> Result<Option<Resident>, ResidentError> {
-        if sandbox.mounts().iter().any(|m| m.delivery == crate::sandbox::Delivery::Copy) {
+    pub fn start(mut spec: Spec<'_>) -> Result<Option<Resident>, ResidentError> {
+        if spec.sandbox.mounts().iter().any(|m| m.delivery == crate::sandbox::Delivery::Copy) {
             return Ok(None);
         }
-        let project = runner.project.clone();
+        let project = spec.project.clone();
+        let runtime = spec.overrides.inherited_runtime.clone();
         let image = project.defaults.image.clone();
-        let plan_probe = LaunchPlan { image: image.clone(), runtime: runner.runtime.clone(), ..probe_plan() };
-        let selected = backend::select(runner.choice, &plan_probe, project.require_os_sandbox).map_err(RunError::from)?;
-        let Some(way) = Exec::for_run(&image, selected, runner.runtime.as_deref()) else { return Ok(None) };
+        let plan_probe = LaunchPlan { image: image.clone(), runtime: runtime.clone(), ..probe_plan() };
+        let selected = backend::select(spec.choice, &plan_probe, project.require_os_sandbox).map_err(RunError::from)?;
+        let Some(way) = Exec::for_run(&image, selected, runtime.as_deref()) else { return Ok(None) };
         let listener = match way {
             Exec::Agent => Some(AgentSocket::new(crate::plan::worker_user(&project.dir, project.defaults.user))?),
             Exec::EngineExec => None,
@@ -188,18 +189,10 @@ impl Resident {
             // Anything that waits for ever; the container is killed at the end of the session.
             None => vec!["sleep".into(), "2147483647".into()],
         };
-        let spec = Spec {
-            project: project.clone(),
-            worker: None,
-            sandbox: sandbox.clone(),
-            overrides: Overrides { command: Some(command), limits: runner.limits, inherited_runtime: runner.runtime.clone(), ..Overrides::default() },
-            choice: runner.choice,
-            parent: runner.clone(),
-            chain: Vec::new(),
-            services: match &listener {
-                Some(l) => Services::Agent { dir: l.path.parent().map(std::path::Path::to_path_buf).unwrap_or_default() },
-                None => Services::Resident,
-            },
+        spec.overrides.command = Some(command);
+        spec.services = match &listener {
+            Some(l) => Services::Agent { dir: l.path.parent().map(std::path::Path::to_path_buf).unwrap_or_default() },
+            None => Services::Resident,
         };
         let session = Session::prepare(spec)?;
         let plan = session.plan().clone();

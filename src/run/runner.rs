@@ -85,7 +85,7 @@ impl SessionSandbox {
                 tracing::debug!(run_id = old.run_id(), "replacing the session sandbox (its mounts changed or it ended)");
                 self.retire(old);
             }
-            match Resident::start(runner, sandbox) {
+            match Resident::start(runner.session_spec(sandbox)) {
                 Ok(resident) => *current = Some(Current { key, resident }),
                 Err(e) => return Some(Err(e.into())),
             }
@@ -279,6 +279,22 @@ impl SandboxRunner for BackendRunner {
 }
 
 impl BackendRunner {
+    /// A run of `sandbox` as this runner starts a command's (its project, limits, runtime and
+    /// backend choice, itself as the parent), for an MCP session's sandbox
+    /// ([`Resident::start`] sets its command and services).
+    fn session_spec(&self, sandbox: &Sandbox) -> Spec<'static> {
+        Spec {
+            project: self.project.clone(),
+            worker: None,
+            sandbox: sandbox.clone(),
+            overrides: Overrides { limits: self.limits, inherited_runtime: self.runtime.clone(), ..Overrides::default() },
+            choice: self.choice,
+            parent: self.clone(),
+            chain: Vec::new(),
+            services: Services::Resident,
+        }
+    }
+
     /// Runs `cmd` with `sandbox`'s filesystem and network, within `timeout_secs` (and the
     /// run's deadline): in the running container, the MCP session's sandbox, or a fresh one.
     pub fn run_command(&self, sandbox: &Sandbox, cmd: &ShellRun, timeout_secs: u64) -> Result<ShellOutput, RunnerError> {

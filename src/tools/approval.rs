@@ -122,7 +122,33 @@ pub enum PromptError {
     /// The request was put to the MCP client (elicitation) and no yes came back: declined,
     /// cancelled, not answered in time, or the exchange failed.
     #[error(transparent)]
-    Client(#[from] super::elicit::ElicitError),
+    Client(#[from] ElicitError),
+}
+
+/// The answers an elicited question offers (`tools::elicit`), as the client sends them back.
+pub const ANSWER_ONCE: &str = "allow_once";
+pub const ANSWER_SESSION: &str = "allow_for_session";
+pub const ANSWER_DENY: &str = "deny";
+
+/// Why an elicited question brought no yes. Each reads after "it was asked through the MCP
+/// client and".
+#[derive(Debug, thiserror::Error)]
+pub enum ElicitError {
+    #[error("the request was declined there")]
+    Declined,
+    #[error("the request was cancelled (dismissed) there")]
+    Cancelled,
+    #[error("no answer came within {} s", .0.as_secs())]
+    TimedOut(std::time::Duration),
+    #[error("the answer was not one of {ANSWER_ONCE}, {ANSWER_SESSION}, {ANSWER_DENY} (it was {0})")]
+    Malformed(String),
+    #[error("the MCP session ended before an answer came")]
+    Gone,
+    /// The client's own words are in it: escaped, like everything a peer chose.
+    #[error("the exchange failed: {}", crate::term::escape(&.0.to_string()))]
+    Failed(#[source] rmcp::service::ServiceError),
+    #[error("the question could not be built: {0}")]
+    Schema(&'static str),
 }
 
 /// Whether a prompter can ask now; read without the approver's lock, which a prompt holds

@@ -15,7 +15,10 @@ use std::time::Duration;
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, EnumSchema};
 use rmcp::service::{ElicitationMode, Peer, RoleServer, ServiceError};
 
+/// Defined with the prompts ([`PromptError::Client`]), below this module.
+pub use super::approval::ElicitError;
 use super::approval::{question_text, terminal_available, ApprovalRequest, Choice, PromptError, Prompter, Reach, TerminalPrompter, Via};
+use super::approval::{ANSWER_DENY as DENY, ANSWER_ONCE as ONCE, ANSWER_SESSION as SESSION};
 
 /// How long a question waits for its answer; no answer by then is a denial. Bounded so a
 /// client that never answers cannot hold the approver (and every call waiting on it).
@@ -23,30 +26,6 @@ pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The form's one field and its values.
 const FIELD: &str = "answer";
-const ONCE: &str = "allow_once";
-const SESSION: &str = "allow_for_session";
-const DENY: &str = "deny";
-
-/// Why an elicited question brought no yes. Each reads after "it was asked through the MCP
-/// client and".
-#[derive(Debug, thiserror::Error)]
-pub enum ElicitError {
-    #[error("the request was declined there")]
-    Declined,
-    #[error("the request was cancelled (dismissed) there")]
-    Cancelled,
-    #[error("no answer came within {} s", .0.as_secs())]
-    TimedOut(Duration),
-    #[error("the answer was not one of {ONCE}, {SESSION}, {DENY} (it was {0})")]
-    Malformed(String),
-    #[error("the MCP session ended before an answer came")]
-    Gone,
-    /// The client's own words are in it: escaped, like everything a peer chose.
-    #[error("the exchange failed: {}", crate::term::escape(&.0.to_string()))]
-    Failed(#[source] ServiceError),
-    #[error("the question could not be built: {0}")]
-    Schema(&'static str),
-}
 
 /// The session's client, once it is known to take form elicitations.
 struct Client {

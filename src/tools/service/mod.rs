@@ -16,6 +16,7 @@ use crate::audit::AuditLog;
 use crate::config::{Project, Worker};
 use crate::sandbox::{Approval, Mount, Sandbox, SandboxError};
 
+pub mod attachments;
 mod available;
 mod encoding;
 mod expansion;
@@ -124,7 +125,7 @@ pub struct ShellRun {
     pub stdin: Vec<u8>,
 }
 
-pub use super::attach::Attachment;
+pub use attachments::Attachment;
 
 /// Who is calling: the worker (for `workers:` and rules) and its place in a delegation chain.
 #[derive(Debug, Clone, Default)]
@@ -442,7 +443,7 @@ impl ToolService {
         // The child's own network (its project-derived sandbox carries it: off, open or its
         // rules) under the caller's: never more than either; it keeps the caller's hosts:.
         let child_sandbox = child.decl.apply(&sb).map_err(ToolError::Sandbox)?.network_narrowed_by(child.sandbox.network_access());
-        let files = super::attach::check(&sb, &child, attachments)?;
+        let files = attachments::check(&sb, &child, attachments)?;
         let ask = self.caller.worker.as_ref().and_then(|w| w.tool_rules.get("call_worker").and_then(|r| r.approval_required)).unwrap_or(true);
         if ask {
             self.consent(ApprovalRequest::new(Action::Delegate, format!("{name} (chain {})", chain.join(" -> ")), name))?;
