@@ -49,8 +49,6 @@ pub enum PoolError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Run(#[from] crate::run::RunError),
-    #[error(transparent)]
     Backend(#[from] crate::backend::BackendError),
 }
 
