@@ -272,20 +272,38 @@ mod body {
             "import asyncio, json, sys\nfrom mcp import ClientSession, StdioServerParameters\nfrom mcp.client.stdio import stdio_client\n\
              async def main():\n    p = StdioServerParameters(command={bin:?}, args=['mcp', '--backend', {backend:?}, '--approve-all'], cwd={cwd:?})\n\
              \x20   async with stdio_client(p) as (r, w):\n        async with ClientSession(r, w) as session:\n            await session.initialize()\n\
-             \x20           res = await session.call_tool('shell', {{'command': 'touch /out/.envrc'}})\n\
-             \x20           print(json.dumps({{'error': res.is_error, 'text': ''.join(getattr(c, 'text', '') for c in res.content)}}))\n\
+             \x20           out = []\n\
+             \x20           for n in range(3):\n\
+             \x20               res = await session.call_tool('shell', {{'command': f'printf \"echo call{{n}} > /out/.envrc\" > /tmp/plant.sh; sh /tmp/plant.sh'}})\n\
+             \x20               out.append({{'error': res.is_error, 'text': ''.join(getattr(c, 'text', '') for c in res.content)}})\n\
+             \x20           print(json.dumps(out))\n\
              asyncio.run(main())\n",
             bin = env!("CARGO_BIN_EXE_workcell"),
             cwd = s.proj().display().to_string(),
         );
         let o = Command::new(support::python()).arg("-c").arg(&client).output().expect("python");
         assert!(o.status.success(), "client: {}", String::from_utf8_lossy(&o.stderr));
-        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
-        let text = v["text"].as_str().unwrap_or("");
-        assert!(text.contains("moved aside .envrc in /out "), "the agent is told, in its own paths: {text}");
-        assert!(!text.contains(s.root.to_str().expect("utf8")), "no host path reaches the agent: {text}");
+        let calls: Vec<Value> = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(calls.len(), 3);
+        for v in &calls {
+            let text = v["text"].as_str().unwrap_or("");
+            assert!(text.contains("moved aside .envrc in /out "), "the agent is told, in its own paths: {text}");
+            assert!(!text.contains(s.root.to_str().expect("utf8")), "no host path reaches the agent: {text}");
+        }
         assert!(!out.join(".envrc").exists(), "the shell command's .envrc stayed");
         assert!(s.audit().iter().any(|e| e["event"] == "quarantine"));
+        // Each call's plant is kept, in a quarantine of its own (a session's calls share its
+        // run id: the third call's used to find the first's in the way and delete its plant).
+        let mut kept: Vec<String> = Vec::new();
+        for run in std::fs::read_dir(out.join(".workcell/quarantine")).expect("quarantine") {
+            let run = run.expect("entry").path();
+            assert!(!run.to_string_lossy().contains(".moved-"), "a call's quarantine was set aside: {}", run.display());
+            for item in std::fs::read_dir(&run).expect("run") {
+                kept.push(std::fs::read_to_string(item.expect("item").path()).expect("text").trim().to_string());
+            }
+        }
+        kept.sort();
+        assert_eq!(kept, ["call0", "call1", "call2"]);
     }
 }
 

@@ -378,7 +378,7 @@ impl Session {
         refusals::tell(&refused, output, self.review.json, &mut result);
         // The worker is gone, however it ended: what it planted for the host to run goes
         // before anyone (the caller, the person) touches the zones again.
-        let swept = planted::sweep(&self.plan);
+        let swept = planted::sweep(&self.plan, &self.plan.run_id);
         planted::tell(&swept, &self.plan.run_id, output, self.review.json, &mut result, &self.audit);
         // A check that could not finish fails the run, whatever the worker's status.
         let unfinished = unverified::record(&self.plan, &swept).err();

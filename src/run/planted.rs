@@ -19,8 +19,9 @@ pub const LISTED: usize = 20;
 
 /// Sweeps every protected area of `plan`; returns the reports that say something.
 /// What the walks saw is kept for the next run's (`hostrun::looked`), when it changed.
-pub(super) fn sweep(plan: &LaunchPlan) -> Vec<Report> {
-    let reports = plan.protected.iter().map(|a| quarantine::sweep(a, &plan.run_id)).collect::<Vec<_>>();
+/// `id` names the quarantine: the run's id (a session's later calls: `RUN_ID.N`).
+pub(super) fn sweep(plan: &LaunchPlan, id: &str) -> Vec<Report> {
+    let reports = plan.protected.iter().map(|a| quarantine::sweep(a, id)).collect::<Vec<_>>();
     for a in &plan.protected {
         if let (Some(held), Some(looks)) = (&a.held, a.looked.to_keep()) {
             looked::store::save(&plan.project_dir, held.0.as_fd(), &looks);

@@ -26,7 +26,7 @@ use socket::agent_pidfd;
 pub(crate) use socket::{verify_agent, AgentSocket};
 
 /// How long a session sandbox may take to start and its agent to say hello.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+const START_TIMEOUT: Duration = crate::agent::host::START_TIMEOUT;
 /// Beyond a command's own timeout, how long workcell waits for the agent's answer before
 /// it counts the agent as lost and ends the session sandbox. The agent's own bounds after a
 /// command's time are 5 s of killing and 2 s of reading its output (`agent::serve`).
@@ -151,6 +151,9 @@ pub struct Resident {
     /// An Engine-exec container's init and waiting process: everything else in it is killed
     /// after each call (`backend::docker::leftovers`).
     kept: Option<backend::docker::leftovers::Kept>,
+    /// Calls made so far: each call after the first has a quarantine and a history ref of its
+    /// own (`RUN_ID.N`), beside the first's (`RUN_ID`).
+    calls: std::sync::atomic::AtomicU64,
 }
 
 enum Way {
@@ -202,8 +205,17 @@ impl Resident {
             .name("workcell-session".into())
             .spawn(move || session.run(Output::Capture))
             .map_err(|e| ResidentError::Socket(std::io::Error::other(format!("cannot start the session thread: {e}"))))?;
-        let mut resident =
-            Resident { plan, selected, way: Way::EngineExec, thread: Some(thread), call_cap, broken: Default::default(), agent: None, kept: None };
+        let mut resident = Resident {
+            plan,
+            selected,
+            way: Way::EngineExec,
+            thread: Some(thread),
+            call_cap,
+            broken: Default::default(),
+            agent: None,
+            kept: None,
+            calls: Default::default(),
+        };
         match listener {
             Some(l) => {
                 let stream = l.accept(&mut || (!resident.alive()).then(|| resident.ended()))?;
@@ -300,7 +312,11 @@ impl Resident {
                 finished?
             }
         };
-        let swept = planted::sweep(&self.plan);
+        let call = match self.calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed) {
+            0 => self.plan.run_id.clone(),
+            n => format!("{}.{}", self.plan.run_id, n + 1),
+        };
+        let swept = planted::sweep(&self.plan, &call);
         // A check that could not finish fails the call (its error is the tool's), and the
         // sandbox ends: the next call's start refuses the zone until a person has looked.
         if let Err(e) = super::unverified::record(&self.plan, &swept) {
@@ -310,21 +326,14 @@ impl Resident {
         }
         if !swept.is_empty() {
             let mut result = Ok(finished);
-            planted::tell(
-                &swept,
-                &self.plan.run_id,
-                Output::Capture,
-                false,
-                &mut result,
-                &crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id),
-            );
+            planted::tell(&swept, &call, Output::Capture, false, &mut result, &crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id));
             finished = result.unwrap_or_default();
         }
-        let reverted = watch.check(&self.plan.run_id);
+        let reverted = watch.check(&call);
         if !reverted.is_empty() {
             let mut result = Ok(finished);
             let audit = crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id);
-            super::history::tell(&reverted, &self.plan.run_id, Output::Capture, false, &mut result, &audit);
+            super::history::tell(&reverted, &call, Output::Capture, false, &mut result, &audit);
             finished = result.unwrap_or_default();
         }
         Ok(finished)
