@@ -12,6 +12,7 @@
 //!
 //! Frames both ways: a 4-byte big-endian length, then that many bytes of JSON.
 
+pub mod host;
 pub mod serve;
 pub mod sweep;
 

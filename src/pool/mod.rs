@@ -29,8 +29,8 @@ use crate::config::ImageRef;
 use crate::plan::{LaunchPlan, Network, BROKER_MOUNT_POINT};
 pub use entry::{drain, gc, list, Claimed, Filling, Listed, Record};
 
-/// The label of a pooled container: its entry directory.
-pub const LABEL_POOL: &str = "dev.workcell.pool";
+/// The label of a pooled container: its entry directory (set where the container is made).
+pub use crate::backend::docker::pooled::LABEL_POOL;
 /// The FIFO the agent of a pooled sandbox waits on, in its agent directory.
 pub const WAKE: &str = "wake";
 

@@ -15,13 +15,13 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::Claimed;
+use crate::agent::host::{verify_agent, AgentSocket, SocketError};
 use crate::agent::{self, Request, Response};
 use crate::backend::docker::reaper::Reaper;
 use crate::backend::outcome::Explained;
 use crate::backend::supervise::Notes;
 use crate::backend::{BackendError, Finished, Output};
 use crate::plan::LaunchPlan;
-use crate::run::resident::{verify_agent, AgentSocket, ResidentError};
 use crate::tools::broker::Broker;
 
 /// How long the agent of a claimed sandbox may take to connect once woken.
@@ -30,6 +30,24 @@ const CONNECT_WITHIN: Duration = Duration::from_secs(5);
 const ANSWER_GRACE: Duration = Duration::from_secs(10);
 /// How long the container's first process may take to go after it was killed.
 const GONE_WITHIN: Duration = Duration::from_secs(10);
+
+/// Why a claimed entry's agent cannot serve the run (the entry is then removed and the next
+/// one tried). Said as a session sandbox's agent would be (`run::resident`).
+#[derive(Debug, thiserror::Error)]
+pub enum WarmError {
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    #[error("the session sandbox ended before its agent started{}", detail(.0))]
+    Ended(String),
+}
+
+fn detail(text: &str) -> String {
+    if text.trim().is_empty() {
+        String::new()
+    } else {
+        format!(": {}", crate::term::escape(text.trim()))
+    }
+}
 
 /// How the wait for the command ended.
 enum Ended {
@@ -53,7 +71,7 @@ pub struct Warm {
 impl Claimed {
     /// Wakes the agent and takes its connection (checked like a session sandbox's agent);
     /// an entry that cannot serve (its container was stopped, say) is removed.
-    pub(super) fn connect(self, plan: &LaunchPlan) -> Result<Warm, ResidentError> {
+    pub(super) fn connect(self, plan: &LaunchPlan) -> Result<Warm, WarmError> {
         // From the claim on, as for a cold run's container from its creation: whatever kills
         // workcell, the container goes (an entry claimed and never woken would wait for ever).
         let reaper = Reaper::start(&self.record.container);
@@ -69,7 +87,7 @@ impl Claimed {
         }
     }
 
-    fn open(&self, plan: &LaunchPlan) -> Result<(UnixStream, u32), ResidentError> {
+    fn open(&self, plan: &LaunchPlan) -> Result<(UnixStream, u32), WarmError> {
         let name = &self.record.container;
         let dir = self.agent_dir();
         let listener = AgentSocket::bind_in(&dir, plan.user)?;
@@ -79,13 +97,13 @@ impl Claimed {
             rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )
-        .map_err(|e| ResidentError::Ended(format!("its agent is not waiting ({e})")))?;
+        .map_err(|e| WarmError::Ended(format!("its agent is not waiting ({e})")))?;
         let started = std::time::Instant::now();
-        let stream = listener.accept(&mut || (started.elapsed() > CONNECT_WITHIN).then_some(ResidentError::StartTimeout))?;
+        let stream = listener.accept(&mut || (started.elapsed() > CONNECT_WITHIN).then_some(WarmError::from(SocketError::StartTimeout)))?;
         drop(wake);
-        let pid = crate::backend::docker::pooled::main_pid(name).ok_or_else(|| ResidentError::Ended(format!("container {name} does not run")))?;
+        let pid = crate::backend::docker::pooled::main_pid(name).ok_or_else(|| WarmError::Ended(format!("container {name} does not run")))?;
         verify_agent(&stream, plan.user.uid, Some(pid))?;
-        protected_binds_held(pid, plan).map_err(|e| ResidentError::Ended(e.to_string()))?;
+        protected_binds_held(pid, plan).map_err(|e| WarmError::Ended(e.to_string()))?;
         Ok((stream, pid))
     }
 }

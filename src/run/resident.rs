@@ -26,7 +26,7 @@ use socket::agent_pidfd;
 pub(crate) use socket::{verify_agent, AgentSocket};
 
 /// How long a session sandbox may take to start and its agent to say hello.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+const START_TIMEOUT: Duration = crate::agent::host::START_TIMEOUT;
 /// Beyond a command's own timeout, how long workcell waits for the agent's answer before
 /// it counts the agent as lost and ends the session sandbox. The agent's own bounds after a
 /// command's time are 5 s of killing and 2 s of reading its output (`agent::serve`).
@@ -326,14 +326,7 @@ impl Resident {
         }
         if !swept.is_empty() {
             let mut result = Ok(finished);
-            planted::tell(
-                &swept,
-                &call,
-                Output::Capture,
-                false,
-                &mut result,
-                &crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id),
-            );
+            planted::tell(&swept, &call, Output::Capture, false, &mut result, &crate::audit::AuditLog::new(&self.plan.project_dir, &self.plan.run_id));
             finished = result.unwrap_or_default();
         }
         let reverted = watch.check(&call);

@@ -177,7 +177,7 @@ async fn gc_async(all: bool) -> Result<GcReport, DockerError> {
     for c in containers {
         let (name, state, labels) = (c.name, c.state, c.labels);
         // Pooled containers wait for their run with no owner: `pool::gc` judges them.
-        if labels.contains_key(crate::pool::LABEL_POOL) {
+        if labels.contains_key(super::pooled::LABEL_POOL) {
             continue;
         }
         let remove = match owner_alive(&labels) {

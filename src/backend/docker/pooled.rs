@@ -9,7 +9,9 @@ use super::render::Init;
 use super::{connect, image, render, runtime, DockerError};
 use crate::backend::BackendError;
 use crate::plan::LaunchPlan;
-use crate::pool::LABEL_POOL;
+
+/// The label of a pooled container: its entry directory (`crate::pool` re-exports it).
+pub const LABEL_POOL: &str = "dev.workcell.pool";
 
 /// Creates and starts the container of `plan` under `name`, labelled with its entry
 /// (`entry`), and returns once it runs. Its zones are bound by handle, as for a run.

@@ -1,117 +1,19 @@
-//! The agent's one connection: the socket it connects to once, and the checks of who
-//! connected (the worker's uid, a process inside the sandbox) that make it the agent.
+//! The agent's one connection: `crate::agent::host` (shared with `pool::warm`), its errors
+//! told as a session sandbox's.
 
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
-use std::time::Instant;
+pub(super) use crate::agent::host::agent_pidfd;
+use crate::agent::host::SocketError;
+pub(crate) use crate::agent::host::{verify_agent, AgentSocket};
 
-use super::{ResidentError, START_TIMEOUT};
-use crate::agent::{self, Hello};
+use super::ResidentError;
 
-/// A pidfd of the agent at the other end of `stream`, checked again after it was opened to
-/// be the process inside the sandbox (under `anchor`) that connected (a pid reused meanwhile
-/// would not be).
-pub(super) fn agent_pidfd(stream: &UnixStream, anchor: Option<u32>) -> Option<std::os::fd::OwnedFd> {
-    let pid = rustix::net::sockopt::socket_peercred(stream).ok()?.pid;
-    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
-    (anchor.is_some_and(|a| descends_from(pid.as_raw_nonzero().get() as u32, a))).then_some(fd)
-}
-
-/// Whether `anchor` is `pid` or one of its ancestors (host pids).
-fn descends_from(pid: u32, anchor: u32) -> bool {
-    let mut p = pid;
-    for _ in 0..64 {
-        if p == anchor {
-            return true;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { return false };
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-        match rest.split_whitespace().nth(1).and_then(|f| f.parse::<u32>().ok()) {
-            Some(parent) if parent > 0 => p = parent,
-            _ => return false,
+impl From<SocketError> for ResidentError {
+    fn from(e: SocketError) -> ResidentError {
+        match e {
+            SocketError::Socket(e) => ResidentError::Socket(e),
+            SocketError::StartTimeout => ResidentError::StartTimeout,
+            SocketError::Agent(e) => ResidentError::Agent(e),
+            SocketError::Impostor { uid, pid } => ResidentError::Impostor { uid, pid },
         }
     }
-    false
-}
-/// The listening socket the agent connects to, once: in a private directory of its own
-/// (a session sandbox) or in a pooled sandbox's agent directory ([`crate::pool`]).
-pub(crate) struct AgentSocket {
-    dir: Option<tempfile::TempDir>,
-    pub(super) path: PathBuf,
-    listener: UnixListener,
-}
-
-impl AgentSocket {
-    /// The directory (0700, or 0750 shared with `user`'s group when workcell is root) and
-    /// its socket.
-    pub(super) fn new(user: crate::plan::UserSpec) -> Result<AgentSocket, ResidentError> {
-        let dir = crate::tools::broker::private_dir().map_err(|e| ResidentError::Socket(std::io::Error::other(e.to_string())))?;
-        share(dir.path(), user, 0o750)?;
-        let mut socket = AgentSocket::bind_in(dir.path(), user)?;
-        socket.dir = Some(dir);
-        Ok(socket)
-    }
-
-    /// A socket in `dir`, a directory only workcell (and, when workcell is root, the
-    /// worker's group) may enter.
-    pub(crate) fn bind_in(dir: &std::path::Path, user: crate::plan::UserSpec) -> Result<AgentSocket, ResidentError> {
-        let path = dir.join(agent::SOCKET_NAME);
-        let listener = UnixListener::bind(&path).map_err(ResidentError::Socket)?;
-        listener.set_nonblocking(true).map_err(ResidentError::Socket)?;
-        share(&path, user, 0o660)?;
-        Ok(AgentSocket { dir: None, path, listener })
-    }
-
-    /// Accepts the agent's connection (the first and only one: the listener and its file go
-    /// right after) within [`START_TIMEOUT`]; `gone` says why to stop waiting early.
-    pub(crate) fn accept(self, gone: &mut dyn FnMut() -> Option<ResidentError>) -> Result<UnixStream, ResidentError> {
-        let until = Instant::now() + START_TIMEOUT;
-        let stream = loop {
-            match self.listener.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(ResidentError::Socket(e)),
-            }
-            if let Some(why) = gone() {
-                return Err(why);
-            }
-            if Instant::now() > until {
-                return Err(ResidentError::StartTimeout);
-            }
-            let mut fds = [rustix::event::PollFd::new(&self.listener, rustix::event::PollFlags::IN)];
-            let _ = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 20_000_000 }));
-        };
-        drop(self.listener);
-        let _ = std::fs::remove_file(&self.path);
-        drop(self.dir);
-        stream.set_nonblocking(false).map_err(ResidentError::Socket)?;
-        Ok(stream)
-    }
-}
-
-/// Gives `path` to `user`'s group with `mode` when workcell is root (its workers run as
-/// another uid); nothing otherwise.
-fn share(path: &std::path::Path, user: crate::plan::UserSpec, mode: u32) -> Result<(), ResidentError> {
-    use std::os::unix::fs::PermissionsExt;
-    if rustix::process::geteuid().as_raw() == 0 {
-        rustix::fs::chown(path, None, Some(rustix::process::Gid::from_raw(user.gid))).map_err(|e| ResidentError::Socket(e.into()))?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(ResidentError::Socket)?;
-    }
-    Ok(())
-}
-
-/// Checks who connected and reads its hello. The socket's directory is open to the worker's
-/// group, which a host process of that user shares: the peer must be the worker's `uid`
-/// *and* inside the sandbox (a descendant of `anchor`: the bwrap workcell started, or the
-/// container's first process).
-pub(crate) fn verify_agent(stream: &UnixStream, uid: u32, anchor: Option<u32>) -> Result<Hello, ResidentError> {
-    let creds = rustix::net::sockopt::socket_peercred(stream).map_err(|e| ResidentError::Socket(e.into()))?;
-    let (peer_uid, pid) = (creds.uid.as_raw(), creds.pid.as_raw_nonzero().get() as u32);
-    if peer_uid != uid || !anchor.is_some_and(|a| descends_from(pid, a)) {
-        return Err(ResidentError::Impostor { uid: peer_uid, pid });
-    }
-    stream.set_read_timeout(Some(START_TIMEOUT)).map_err(ResidentError::Socket)?;
-    let hello = agent::read_frame(&mut &*stream).map_err(ResidentError::Agent)?;
-    stream.set_read_timeout(None).map_err(ResidentError::Socket)?;
-    Ok(hello)
 }
