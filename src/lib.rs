@@ -20,5 +20,6 @@ pub mod pool;
 pub mod run;
 pub mod sandbox;
 pub mod statedir;
+pub mod style;
 pub mod term;
 pub mod tools;

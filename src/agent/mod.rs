@@ -65,8 +65,8 @@ pub const NO_TIMEOUT: u64 = u64::MAX;
 
 /// The agent's tasks while a warm run's command runs ([`Request::stdio`]): its own thread,
 /// the one waiting for the command, the one watching workcell's connection. They count
-/// against the sandbox's process limit.
-pub const STDIO_TASKS: i64 = 3;
+/// against the sandbox's process limit (set in `plan`, which the docker backend reads).
+pub use crate::plan::AGENT_STDIO_TASKS as STDIO_TASKS;
 
 /// Sends `out` and `err` over `stream` (one byte carrying them), after a [`Request`] with
 /// `stdio` set.

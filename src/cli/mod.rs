@@ -11,7 +11,8 @@ pub(crate) mod out;
 mod plan;
 mod pool;
 mod run;
-pub(crate) mod style;
+/// On the ground floor, so that the backends' own notes and warnings use it too.
+pub(crate) use crate::style;
 mod unverified;
 mod user;
 

@@ -22,7 +22,7 @@ mod hookspath;
 mod mounts;
 mod pin;
 mod services;
-pub use services::{AGENT_PROGRAM, AGENT_SOCKET_DIR, AGENT_SOCKET_NAME, BROKER_MOUNT_POINT, WORKER_HOSTNAME};
+pub use services::{AGENT_PROGRAM, AGENT_SOCKET_DIR, AGENT_SOCKET_NAME, AGENT_STDIO_TASKS, BROKER_MOUNT_POINT, WORKER_HOSTNAME};
 pub mod protected;
 pub mod runtime;
 pub mod ship;

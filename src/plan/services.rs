@@ -19,6 +19,10 @@ pub const AGENT_SOCKET_DIR: &str = "/run/workcell-agent";
 pub const AGENT_SOCKET_NAME: &str = "agent.sock";
 /// Where the agent's program (this binary, bound read-only) appears inside the sandbox.
 pub const AGENT_PROGRAM: &str = "/run/workcell-agent-bin";
+/// The agent's tasks while a warm run's command runs (`crate::agent::Request::stdio`): its
+/// own thread, the one waiting for the command, the one watching workcell's connection.
+/// They count against the sandbox's process limit.
+pub const AGENT_STDIO_TASKS: i64 = 3;
 
 impl LaunchPlan {
     /// Mounts the broker directory read-only at [`BROKER_MOUNT_POINT`] and tells the worker

@@ -68,7 +68,7 @@ pub(super) fn argv_and_fds(plan: &LaunchPlan, located: &Located) -> Result<(Vec<
             owned.push(fd);
         }
         // No syscall table for this architecture: say so on every run, never silently.
-        Err(e @ crate::backend::seccomp::SeccompError::UnsupportedArch(_)) => eprintln!("{} {e}", crate::cli::style::warning_prefix()),
+        Err(e @ crate::backend::seccomp::SeccompError::UnsupportedArch(_)) => eprintln!("{} {e}", crate::style::warning_prefix()),
         Err(e) => return Err(BwrapError::Seccomp(e)),
     }
     Ok((render_argv_passed(plan, &located.path, located.features, &passed), owned))

@@ -39,7 +39,7 @@ pub fn start(plan: &LaunchPlan, name: &str, entry: &str) -> Result<(), BackendEr
             // The agent's tasks in place of a cold run's init (one, when it has one): the
             // worker's commands get exactly the limit they would get cold.
             let cold_init = i64::from(super::choose_init(plan) != Init::None);
-            host.pids_limit = host.pids_limit.map(|p| p.saturating_add(crate::agent::STDIO_TASKS - cold_init));
+            host.pids_limit = host.pids_limit.map(|p| p.saturating_add(crate::plan::AGENT_STDIO_TASKS - cold_init));
         }
         let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
         let slot = super::slots::acquire().await;

@@ -23,7 +23,7 @@ impl Notes {
     /// Says `line` (a newline is added).
     pub fn say(&mut self, line: &str) {
         match self.output {
-            Output::Inherit => eprintln!("{}", crate::cli::style::note_for_stderr(line)),
+            Output::Inherit => eprintln!("{}", crate::style::note_for_stderr(line)),
             Output::Capture => {
                 self.held.extend_from_slice(line.as_bytes());
                 self.held.push(b'\n');
