@@ -178,7 +178,7 @@ pub async fn connect_engine() -> Result<(Docker, engine::Engine), DockerError> {
     let unreachable = |reason: String| DockerError::Unreachable { address: address.clone(), reason };
     let too_slow = || format!("no answer within {}s", PROBE_TIMEOUT.as_secs());
     if let Some(at) = rawhttp::Endpoint::of(&address) {
-        let pong = match tokio::time::timeout(PROBE_TIMEOUT, rawhttp::ping(at)).await {
+        let pong = match tokio::time::timeout(PROBE_TIMEOUT, rawhttp::ping_recent(&address, at)).await {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
                 return Err(match at {

@@ -174,8 +174,10 @@ impl Facts {
         let listener = Listener { pid, uid: cred.uid.as_raw(), comm };
         let exe_name = std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         let docker_pid = docker_pid_file();
-        let docker_pid_shares_mounts = docker_pid.is_some_and(|d| is_root_dockerd(d) && shares_mounts(d));
-        Some(Facts { shares_mounts: shares_mounts(pid), listener, exe_name, docker_pid, docker_pid_shares_mounts })
+        let listener_shares = shares_mounts(pid);
+        // The pid file usually names the listener itself: its mount table is read once.
+        let docker_pid_shares_mounts = docker_pid.is_some_and(|d| is_root_dockerd(d) && if d == pid { listener_shares } else { shares_mounts(d) });
+        Some(Facts { shares_mounts: listener_shares, listener, exe_name, docker_pid, docker_pid_shares_mounts })
     }
 }
 
