@@ -48,18 +48,7 @@ fn fixture() -> &'static Fixture {
         let tmp = tempfile::tempdir().unwrap();
         build(tmp.path());
         let held = Held(Arc::new(fs::File::open(tmp.path()).unwrap().into()));
-        let protection = Protection::default();
-        let mut area = ProtectedArea {
-            target: "/work".into(),
-            home: None,
-            held: Some(held),
-            entries: protection.entries().to_vec(),
-            unprotected: vec![],
-            by_family: vec![],
-            bound: vec![],
-            protection,
-            looked: Default::default(),
-        };
+        let mut area = ProtectedArea::of("/work", held, Protection::default());
         // What exists before a run (the repository's config and hooks) stays; the cache is
         // warm after this walk.
         area.bound = quarantine::existing(&area);

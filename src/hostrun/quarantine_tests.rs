@@ -7,19 +7,7 @@ use crate::hostrun::Protection;
 use crate::plan::{BoundPath, Held, ProtectedArea};
 
 fn area(dir: &Path) -> ProtectedArea {
-    let held = Held(std::sync::Arc::new(fs::File::open(dir).unwrap().into()));
-    let protection = Protection::default();
-    ProtectedArea {
-        target: "/work".into(),
-        home: None,
-        held: Some(held),
-        entries: protection.entries().to_vec(),
-        unprotected: vec![],
-        by_family: vec![],
-        bound: vec![],
-        protection,
-        looked: Default::default(),
-    }
+    ProtectedArea::of("/work", Held(std::sync::Arc::new(fs::File::open(dir).unwrap().into())), Protection::default())
 }
 
 fn write(root: &Path, rel: &str) {

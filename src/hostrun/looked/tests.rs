@@ -14,18 +14,7 @@ use crate::hostrun::quarantine::sweep;
 use crate::plan::{Held, ProtectedArea};
 
 fn area(dir: &Path, protection: Protection) -> ProtectedArea {
-    let held = Held(Arc::new(fs::File::open(dir).unwrap().into()));
-    ProtectedArea {
-        target: "/work".into(),
-        home: None,
-        held: Some(held),
-        entries: protection.entries().to_vec(),
-        unprotected: vec![],
-        by_family: vec![],
-        bound: vec![],
-        protection,
-        looked: Records::default(),
-    }
+    ProtectedArea::of("/work", Held(Arc::new(fs::File::open(dir).unwrap().into())), protection)
 }
 
 /// A tree of 3 levels × 4 directories, 5 files in each, made long enough ago that its
