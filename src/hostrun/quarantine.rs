@@ -201,7 +201,7 @@ struct Sweep<'a> {
     run_id: &'a str,
     root: BorrowedFd<'a>,
     /// This run's quarantine directory and its identity, made on first need (or why not).
-    quarantine: Option<Result<Made, String>>,
+    quarantine: Option<io::Result<Made>>,
     tally: Tally,
     /// The number of the next moved item.
     next: u64,
@@ -438,7 +438,7 @@ impl Sweep<'_> {
     /// area) and its name there.
     fn move_aside(&mut self, parent: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> io::Result<(String, CString)> {
         if self.quarantine.is_none() {
-            self.quarantine = Some(make_quarantine(self.root, self.run_id).map_err(|e| e.to_string()));
+            self.quarantine = Some(make_quarantine(self.root, self.run_id));
         }
         let q = match &self.quarantine {
             Some(Ok((fd, _))) => fd.as_fd(),
