@@ -22,8 +22,53 @@
 //! it walks, and read or write permission on what it opens, with the calling thread's ids.
 
 use std::cell::Cell;
+#[cfg(target_os = "linux")]
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
-use crate::plan::UserSpec;
+use serde::Serialize;
+
+/// The user the worker runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct UserSpec {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The host user workers run as when workcell runs as root and the project's owner is root
+/// too (`nobody:nogroup` on Debian and most distributions).
+pub const FALLBACK_USER: UserSpec = UserSpec { uid: 65534, gid: 65534 };
+
+/// The host user a worker runs as; never uid or gid 0. As a normal user: that user. As root:
+/// `defaults.user` when set, else the owner of the project directory when it is not root,
+/// else [`FALLBACK_USER`]. (A worker holding host uid 0, even without capabilities, owns
+/// every root-owned file and could leave set-uid-root programs in its zones.)
+pub fn worker_user(project_dir: &Path, configured: Option<UserSpec>) -> UserSpec {
+    let me = UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
+    if me.uid != 0 {
+        return me;
+    }
+    if let Some(u) = configured {
+        return u;
+    }
+    match std::fs::metadata(project_dir) {
+        Ok(m) if m.uid() != 0 => UserSpec { uid: m.uid(), gid: if m.gid() != 0 { m.gid() } else { FALLBACK_USER.gid } },
+        _ => FALLBACK_USER,
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: the held object itself.
+pub(crate) fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> std::io::Result<()> {
+    // SAFETY: a valid descriptor and a NUL-terminated empty path; the call reads nothing else.
+    let r = unsafe { libc::syscall(libc::SYS_faccessat2, fd.as_raw_fd(), c"".as_ptr(), mode, libc::AT_EACCESS | libc::AT_EMPTY_PATH) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
 
 /// Whose rights a worker's host-side operations use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -13,6 +13,7 @@ pub mod config;
 pub mod delivery;
 pub mod egress;
 pub mod fds;
+pub mod held;
 pub mod hostrun;
 pub mod identity;
 pub mod plan;

@@ -3,6 +3,7 @@
 //! a project [`Sandbox`] and the workers with their effective sandboxes.
 
 mod env;
+pub mod inherit;
 pub mod kubernetes;
 mod limits;
 mod mounts;
@@ -143,7 +144,7 @@ pub enum UserError {
 
 /// `UID` or `UID:GID` (numeric; the gid defaults to the uid). Root is refused: a worker never
 /// runs as host uid 0.
-pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, UserError> {
+pub fn parse_user(text: &str) -> Result<crate::identity::UserSpec, UserError> {
     let (uid, gid) = match text.split_once(':') {
         Some((u, g)) => (u, g),
         None => (text, text),
@@ -156,7 +157,7 @@ pub fn parse_user(text: &str) -> Result<crate::plan::UserSpec, UserError> {
     if let Some(bad) = [uid, gid].into_iter().find(|&id| id == u32::MAX) {
         return Err(UserError::Unchanged(bad));
     }
-    Ok(crate::plan::UserSpec { uid, gid })
+    Ok(crate::identity::UserSpec { uid, gid })
 }
 
 /// Why a worker cannot be used.
@@ -212,7 +213,7 @@ pub struct Defaults {
     pub backend: BackendChoice,
     pub limits: Limits,
     /// `defaults.user`: the host user workers run as when workcell runs as root.
-    pub user: Option<crate::plan::UserSpec>,
+    pub user: Option<crate::identity::UserSpec>,
     /// `defaults.runtime`: the Docker runtime of workers that name none.
     pub runtime: Option<String>,
     /// `defaults.env`: variables for every worker (`None`: the host's value), applied before
@@ -323,7 +324,7 @@ impl Project {
         // Zone directories `sandboxed` mode creates belong to the worker's user (as root: the
         // configured `defaults.user`, an invalid one being refused below).
         let configured = raw.defaults.as_ref().and_then(|d| d.user.as_ref()).and_then(|u| parse_user(&u.value).ok());
-        let owner = rustix::process::geteuid().is_root().then(|| crate::plan::worker_user(&dir, configured));
+        let owner = rustix::process::geteuid().is_root().then(|| crate::identity::worker_user(&dir, configured));
         let mut builder =
             MountBuilder { diag: &diag, dir: &dir, sandboxed, folder: &folder, owner, mounts: Vec::new(), spans: Vec::new(), protection: protection.clone() };
         let mut addressing = Addressing::Zones;

@@ -86,7 +86,7 @@ fn check_zone_name(name: &str) -> Result<(), MountError> {
 /// Creates `rel` beneath `dir`, one component at a time; its last component, the zone's own
 /// directory, when made here (never one that existed), is given to `owner`, through a handle
 /// opened without following links. The folders above it stay ours.
-fn create_owned(dir: &cap_std::fs::Dir, rel: &Path, owner: Option<crate::plan::UserSpec>) -> std::io::Result<()> {
+fn create_owned(dir: &cap_std::fs::Dir, rel: &Path, owner: Option<crate::identity::UserSpec>) -> std::io::Result<()> {
     use rustix::fs::{Gid, Mode, OFlags, Uid};
     let mut at = PathBuf::new();
     let last = rel.components().count();
@@ -112,7 +112,7 @@ pub(super) struct MountBuilder<'a> {
     pub sandboxed: bool,
     pub folder: &'a str,
     /// Who the directories `sandboxed` mode creates are given to (as root: the worker).
-    pub owner: Option<crate::plan::UserSpec>,
+    pub owner: Option<crate::identity::UserSpec>,
     pub mounts: Vec<Mount>,
     pub spans: Vec<Location>,
     /// The project's protected entries (`crate::hostrun`): the defaults plus `sandbox.protect`.

@@ -269,11 +269,11 @@ pub fn parse(text: &str, file: &Path, project: &Project) -> Result<Worker, Confi
 }
 
 /// The worker's own `runtime:`. Under a project `defaults.runtime` it may only repeat that
-/// one (`plan::runtime`): refused here already, with its location.
+/// one (`inherit`): refused here already, with its location.
 fn worker_runtime(raw: Option<&Spanned<String>>, default: Option<&str>, diag: &Diag) -> Result<Option<String>, ConfigError> {
     let named = runtime_from(raw, diag)?;
     if let (Some(r), Some(default)) = (raw, default) {
-        if let Err(e) = crate::plan::runtime::inherit(None, named.clone(), default, crate::plan::runtime::Floor::Defaults) {
+        if let Err(e) = super::inherit::inherit(None, named.clone(), default, super::inherit::Floor::Defaults) {
             return Err(diag.spanned(
                 r,
                 format!(

@@ -18,7 +18,7 @@ use super::copytree::{own, refused, Copier, CopyError, Tally};
 use super::scratch::ScratchDir;
 use super::{DeliveryError, Policy};
 use crate::identity::Identity;
-use crate::plan::UserSpec;
+use crate::identity::UserSpec;
 
 /// How a host file was when the copy was taken: its identity and times (to notice a change
 /// on the host during the run) and its content's hash (to notice the worker's change).

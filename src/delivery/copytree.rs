@@ -15,7 +15,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use super::baseline::{Baseline, NotCopied, Seen};
 use super::walk::{names, open_dir, open_file, Budget, TooManyNames};
 use super::{DeliveryError, Policy};
-use crate::plan::UserSpec;
+use crate::identity::UserSpec;
 
 /// Why a copy was not taken.
 #[derive(Debug, thiserror::Error)]

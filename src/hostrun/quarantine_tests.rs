@@ -3,8 +3,9 @@ use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::Path;
 
 use super::*;
+use crate::held::Held;
 use crate::hostrun::Protection;
-use crate::plan::{BoundPath, Held, ProtectedArea};
+use crate::plan::{BoundPath, ProtectedArea};
 
 fn area(dir: &Path) -> ProtectedArea {
     ProtectedArea::of("/work", Held(std::sync::Arc::new(fs::File::open(dir).unwrap().into())), Protection::default())

@@ -8,12 +8,12 @@
 //! mode, POSIX ACLs and read-only mounts count exactly as they will for the worker.
 
 #[cfg(target_os = "linux")]
-use std::os::fd::{AsRawFd, BorrowedFd};
-#[cfg(target_os = "linux")]
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use super::{Held, UserSpec};
+#[cfg(target_os = "linux")]
+use crate::identity::access_fd;
 use crate::sandbox::{Delivery, Sandbox};
 use crate::term::escape;
 
@@ -227,18 +227,6 @@ pub fn unsearchable_above_each(paths: &[&std::path::Path], user: UserSpec) -> Ve
 #[cfg(target_os = "linux")]
 fn owner_of(dir: &std::path::Path) -> Option<Owner> {
     std::fs::metadata(dir).ok().map(|m| Owner { uid: m.uid(), gid: m.gid(), mode: m.mode() })
-}
-
-#[cfg(target_os = "linux")]
-/// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: the held object itself.
-pub(crate) fn access_fd(fd: BorrowedFd<'_>, mode: i32) -> std::io::Result<()> {
-    // SAFETY: a valid descriptor and a NUL-terminated empty path; the call reads nothing else.
-    let r = unsafe { libc::syscall(libc::SYS_faccessat2, fd.as_raw_fd(), c"".as_ptr(), mode, libc::AT_EACCESS | libc::AT_EMPTY_PATH) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 #[cfg(target_os = "linux")]

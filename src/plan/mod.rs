@@ -5,8 +5,6 @@
 //! profile) and run the rendering; none of them re-reads configuration.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +22,7 @@ mod pin;
 mod services;
 pub use services::{AGENT_PROGRAM, AGENT_SOCKET_DIR, AGENT_SOCKET_NAME, AGENT_STDIO_TASKS, BROKER_MOUNT_POINT, WORKER_HOSTNAME};
 pub mod protected;
-pub mod runtime;
+pub use crate::config::inherit as runtime;
 pub mod ship;
 mod workdir;
 use mounts::copy_mounts;
@@ -33,10 +31,11 @@ pub use mounts::{default_workdir, mount_target, mounts_for, zone_mounts};
 pub use workdir::WorkdirError;
 
 use crate::config::{ImageRef, Limits, Project, Worker};
+pub use crate::held::Held;
+pub use crate::identity::{worker_user, UserSpec, FALLBACK_USER};
 use crate::sandbox::Sandbox;
+pub use crate::sandbox::{inside, ROOT_FORM_MOUNT_POINT};
 
-/// Where a root-form sandbox (one directory as virtual `/`) appears inside a worker.
-pub const ROOT_FORM_MOUNT_POINT: &str = "/sandbox";
 /// PATH inside every worker.
 pub const WORKER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Default limits when neither the worker nor the project sets them.
@@ -58,45 +57,6 @@ pub struct PlanMount {
     pub held: Option<Held>,
 }
 
-/// An open descriptor of a checked directory or file. Two are equal only when they are the
-/// same handle.
-#[derive(Clone)]
-pub struct Held(pub Arc<OwnedFd>);
-
-impl Held {
-    /// A handle of its own for `fd` (a duplicate, close-on-exec).
-    pub fn dup(fd: impl AsFd) -> std::io::Result<Held> {
-        Ok(Held(Arc::new(fd.as_fd().try_clone_to_owned()?)))
-    }
-
-    /// The handle's current host path, for messages and plans (`None` when the kernel has
-    /// no name for it, e.g. after its directory was removed).
-    pub fn current_path(&self) -> Option<PathBuf> {
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", self.0.as_raw_fd())).ok()?;
-        (link.is_absolute() && !link.to_string_lossy().ends_with(" (deleted)")).then_some(link)
-    }
-
-    /// Device and inode of the held object.
-    pub fn identity(&self) -> std::io::Result<(u64, u64)> {
-        let st = rustix::fs::fstat(&*self.0)?;
-        Ok((st.st_dev, st.st_ino))
-    }
-}
-
-impl PartialEq for Held {
-    fn eq(&self, other: &Held) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for Held {}
-
-impl std::fmt::Debug for Held {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Held(fd {})", self.0.as_raw_fd())
-    }
-}
-
 /// One entry of the host system layout a worker sees with `image: host`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -112,13 +72,6 @@ pub enum SystemEntry {
 pub struct TmpfsMount {
     pub target: String,
     pub size_bytes: u64,
-}
-
-/// The user the worker runs as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct UserSpec {
-    pub uid: u32,
-    pub gid: u32,
 }
 
 /// The network a worker gets.
@@ -315,24 +268,6 @@ pub enum PlanError {
     WritableProjectWithoutConfig { zone: String },
 }
 
-/// `path` relative to `dir` when it lies strictly inside it, after folding `.` and `..`
-/// without touching the file system (`None` when it is `dir` itself or outside).
-pub fn inside(dir: &Path, path: &Path) -> Option<PathBuf> {
-    use std::path::Component;
-    let mut folded = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                folded.pop();
-            }
-            Component::CurDir => {}
-            other => folded.push(other),
-        }
-    }
-    let rel = folded.strip_prefix(dir).ok()?;
-    (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
-}
-
 /// A fresh run id: 16 hex digits from the clock and the process id.
 pub fn new_run_id() -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
@@ -364,28 +299,6 @@ pub fn host_system_layout_at(root: &Path) -> Vec<SystemEntry> {
         }
     }
     out
-}
-
-/// The host user workers run as when workcell runs as root and the project's owner is root
-/// too (`nobody:nogroup` on Debian and most distributions).
-pub const FALLBACK_USER: UserSpec = UserSpec { uid: 65534, gid: 65534 };
-
-/// The host user a worker runs as; never uid or gid 0. As a normal user: that user. As root:
-/// `defaults.user` when set, else the owner of the project directory when it is not root,
-/// else [`FALLBACK_USER`]. (A worker holding host uid 0, even without capabilities, owns
-/// every root-owned file and could leave set-uid-root programs in its zones.)
-pub fn worker_user(project_dir: &Path, configured: Option<UserSpec>) -> UserSpec {
-    let me = UserSpec { uid: rustix::process::geteuid().as_raw(), gid: rustix::process::getegid().as_raw() };
-    if me.uid != 0 {
-        return me;
-    }
-    if let Some(u) = configured {
-        return u;
-    }
-    match std::fs::metadata(project_dir) {
-        Ok(m) if m.uid() != 0 => UserSpec { uid: m.uid(), gid: if m.gid() != 0 { m.gid() } else { FALLBACK_USER.gid } },
-        _ => FALLBACK_USER,
-    }
 }
 
 impl LaunchPlan {

@@ -25,7 +25,7 @@ use rustix::io::Errno;
 use super::error::show;
 use super::{minimise, Area, AreaKey, Sandbox, SandboxError};
 use crate::identity::Identity;
-use crate::plan::UserSpec;
+use crate::identity::UserSpec;
 
 /// A granted directory still to be created at launch.
 #[derive(Debug, Clone)]

@@ -215,7 +215,7 @@ pub fn leaves_through_symlink(base: &Path, written: &str, resolved: &Path) -> Op
     if Path::new(written).is_absolute() {
         return None;
     }
-    let lexical = crate::plan::inside(Path::new("/"), &base.join(written)).map(|r| Path::new("/").join(r)).unwrap_or_else(|| PathBuf::from("/"));
+    let lexical = super::inside(Path::new("/"), &base.join(written)).map(|r| Path::new("/").join(r)).unwrap_or_else(|| PathBuf::from("/"));
     if lexical == resolved || resolved.starts_with(base) {
         return None;
     }

@@ -45,12 +45,12 @@ enum Entry {
 
 impl Sandbox {
     /// The sandbox path behind a path as the running command sees it (zones at their mount
-    /// points; the root form at [`crate::plan::ROOT_FORM_MOUNT_POINT`]), if it lies in a mount.
+    /// points; the root form at [`super::ROOT_FORM_MOUNT_POINT`]), if it lies in a mount.
     fn sandbox_path_of(&self, container: &[String]) -> Option<VirtualPath> {
         let sandbox_components: &[String] = match self.addressing() {
             Addressing::Zones => container,
             Addressing::Root => {
-                let root: Vec<&str> = crate::plan::ROOT_FORM_MOUNT_POINT.split('/').filter(|c| !c.is_empty()).collect();
+                let root: Vec<&str> = super::ROOT_FORM_MOUNT_POINT.split('/').filter(|c| !c.is_empty()).collect();
                 if container.len() < root.len() || !container.iter().zip(&root).all(|(a, b)| a == b) {
                     return None;
                 }
@@ -75,7 +75,7 @@ impl Sandbox {
             let shown = self.area_path(&a.key);
             let mut comps: Vec<String> = Vec::new();
             if self.addressing() == Addressing::Root {
-                comps.extend(crate::plan::ROOT_FORM_MOUNT_POINT.split('/').filter(|c| !c.is_empty()).map(str::to_string));
+                comps.extend(super::ROOT_FORM_MOUNT_POINT.split('/').filter(|c| !c.is_empty()).map(str::to_string));
             }
             comps.extend(shown.split('/').filter(|c| !c.is_empty()).map(str::to_string));
             comps

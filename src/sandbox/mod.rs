@@ -27,7 +27,7 @@ mod protect;
 mod query;
 mod window;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cap_std::ambient_authority;
@@ -49,6 +49,27 @@ pub use links::{FollowError, Followed};
 pub use listing::{Listing, LIST_LIMIT};
 pub use path::VirtualPath;
 pub use query::{Querier, QUERY_HANDLES};
+
+/// Where a root-form sandbox (one directory as virtual `/`) appears inside a worker.
+pub const ROOT_FORM_MOUNT_POINT: &str = "/sandbox";
+
+/// `path` relative to `dir` when it lies strictly inside it, after folding `.` and `..`
+/// without touching the file system (`None` when it is `dir` itself or outside).
+pub fn inside(dir: &Path, path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut folded = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                folded.pop();
+            }
+            Component::CurDir => {}
+            other => folded.push(other),
+        }
+    }
+    let rel = folded.strip_prefix(dir).ok()?;
+    (!rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
+}
 
 /// Read-only or read-write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
@@ -281,7 +302,7 @@ impl Sandbox {
     /// write, listing and check of an existing path is then allowed or refused by the
     /// operating system exactly as for the worker's own commands, and what it creates is the
     /// worker's. A workcell that already is that user changes nothing.
-    pub fn acting_as(mut self, user: crate::plan::UserSpec) -> Sandbox {
+    pub fn acting_as(mut self, user: crate::identity::UserSpec) -> Sandbox {
         self.identity = Identity::of(user);
         self
     }
@@ -351,22 +372,22 @@ impl Sandbox {
 
     /// [`Sandbox::readable_areas`] with a handle of each area's directory (the one every
     /// check used), for launchers that bind handles instead of paths.
-    pub fn readable_held(&self) -> Vec<(AreaView, crate::plan::Held)> {
+    pub fn readable_held(&self) -> Vec<(AreaView, crate::held::Held)> {
         self.held_views(&self.readable)
     }
 
     /// [`Sandbox::writable_areas`] with handles, as [`Sandbox::readable_held`].
-    pub fn writable_held(&self) -> Vec<(AreaView, crate::plan::Held)> {
+    pub fn writable_held(&self) -> Vec<(AreaView, crate::held::Held)> {
         self.held_views(&self.writable)
     }
 
-    fn held_views(&self, areas: &[Area]) -> Vec<(AreaView, crate::plan::Held)> {
+    fn held_views(&self, areas: &[Area]) -> Vec<(AreaView, crate::held::Held)> {
         areas
             .iter()
             .filter_map(|a| {
                 // A duplicate fails only when the process is out of descriptors; the area is
                 // then left out (less access, never a by-name bind).
-                let held = crate::plan::Held::dup(&*a.dir).ok()?;
+                let held = crate::held::Held::dup(&*a.dir).ok()?;
                 let mut view = self.area_view(&a.key);
                 if let Some(p) = held.current_path() {
                     view.host_path = p;

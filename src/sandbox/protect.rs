@@ -44,7 +44,7 @@ impl Sandbox {
         for b in builds {
             // Only folders inside the project (`plan::control` refuses a writable zone that
             // a build folder contains or equals).
-            let Some(rel) = crate::plan::inside(project_dir, b) else { continue };
+            let Some(rel) = super::inside(project_dir, b) else { continue };
             if let Some(first) = rel.components().next() {
                 p.names.push(first.as_os_str().to_string_lossy().into_owned());
             }

@@ -66,7 +66,7 @@ fn may_write(dir: BorrowedFd<'_>, name: &CString, seen: &Seen, uid: u32, executa
         if swap::is_executable(st.st_mode) != executable {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
-        crate::plan::access::access_fd(fd.as_fd(), libc::W_OK)?;
+        crate::identity::access_fd(fd.as_fd(), libc::W_OK)?;
     }
     Ok(true)
 }
