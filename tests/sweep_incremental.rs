@@ -31,22 +31,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::Value;
+use support::sweep::{Scratch, Step, Way, Worker, OLD, SETTLE};
 
-/// The time the worker sets its plants and their directories back to (2017-07-14).
-const OLD: u64 = 1_500_000_000;
-/// How long a directory is left unchanged before the run or call that records it. A walk
-/// trusts a record of a directory only when the directory's ctime was older than that walk
-/// by a margin (`hostrun::looked::MARGIN_NS`: a change in the same clock tick as a listing
-/// may not move the ctime); without this wait every directory the test just made would be
-/// listed again anyway, and the attacks would not meet a record at all.
-const SETTLE: Duration = Duration::from_nanos(workcell::hostrun::looked::MARGIN_NS as u64 + 500_000_000);
 /// The tree: `d0`..`d7` at each of three levels, a `README.md` in each leaf.
 const FANOUT: usize = 8;
 /// How long the worker's background writer waits before it plants (case "outlives").
@@ -55,266 +45,19 @@ const WRITER_DELAY: &str = "0.3";
 /// writer's delay; the writer either is gone or has planted by then).
 const AFTER_WRITER: Duration = Duration::from_millis(1_500);
 
-/// A project directory (`proj/`, the runs' cwd) whose zone `out` is `proj/out`.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl Scratch {
-    /// `protect`: the project's `sandbox.protect` entries.
-    fn new(protect: &[&str]) -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        std::fs::create_dir_all(root.join("proj/out")).expect("mkdir");
-        let s = Scratch { _dir: dir, root };
-        s.configure(protect);
-        s
+/// The zone's tree (and `repos`, each a repository the person made, with no `hooks`
+/// directory yet), the worker's, every time set back to [`OLD`]; then left alone for
+/// [`SETTLE`].
+fn tree(s: &Scratch, repos: &[&str]) {
+    s.leaves(3, FANOUT);
+    let out = s.out();
+    for repo in repos {
+        std::fs::create_dir_all(out.join(repo)).expect("mkdir");
+        let r = support::host_git(&out.join(repo), &["init", "-q", "."]);
+        assert!(r.status.success(), "git init {repo}: {}", String::from_utf8_lossy(&r.stderr));
+        std::fs::remove_dir_all(out.join(repo).join(".git/hooks")).expect("no hooks yet");
     }
-
-    fn proj(&self) -> PathBuf {
-        self.root.join("proj")
-    }
-
-    fn out(&self) -> PathBuf {
-        self.proj().join("out")
-    }
-
-    /// `workcell.yaml`: the zone `out` (writes and deletes pre-approved for the MCP session),
-    /// `image: host`, and `protect` when not empty.
-    fn configure(&self, protect: &[&str]) {
-        let protect = if protect.is_empty() { String::new() } else { format!("  protect: [{}]\n", protect.join(", ")) };
-        let config = format!(
-            "sandbox:\n{protect}  zones:\n    out: {{path: ./out, mode: rw, approval: {{write: preApproved, delete: preApproved}}}}\ndefaults:\n  image: host\n"
-        );
-        std::fs::write(self.proj().join("workcell.yaml"), config).expect("workcell.yaml");
-    }
-
-    /// The zone's tree (and `repos`, each a repository the person made, with no `hooks`
-    /// directory yet), the worker's, every time set back to [`OLD`]; then left alone for
-    /// [`SETTLE`].
-    fn tree(&self, repos: &[&str]) {
-        let out = self.out();
-        for a in 0..FANOUT {
-            for b in 0..FANOUT {
-                for c in 0..FANOUT {
-                    let leaf = out.join(format!("d{a}/d{b}/d{c}"));
-                    std::fs::create_dir_all(&leaf).expect("mkdir");
-                    std::fs::write(leaf.join("README.md"), format!("leaf {a} {b} {c}\n")).expect("write");
-                }
-            }
-        }
-        for repo in repos {
-            std::fs::create_dir_all(out.join(repo)).expect("mkdir");
-            let r = support::host_git(&out.join(repo), &["init", "-q", "."]);
-            assert!(r.status.success(), "git init {repo}: {}", String::from_utf8_lossy(&r.stderr));
-            std::fs::remove_dir_all(out.join(repo).join(".git/hooks")).expect("no hooks yet");
-        }
-        support::give_to_worker(&self.root);
-        let st = Command::new("find").arg(&out).args(["-exec", "touch", "-h", "-d", &format!("@{OLD}"), "{}", "+"]).status().expect("find");
-        assert!(st.success(), "touch the tree");
-        std::thread::sleep(SETTLE);
-    }
-
-    /// Whether `rel` is in place in the zone (as anything, a dangling link too).
-    fn in_place(&self, rel: &str) -> bool {
-        self.out().join(rel).symlink_metadata().is_ok()
-    }
-
-    /// Every regular file in the zone's quarantine (any run's), with its metadata.
-    fn quarantine(&self) -> Vec<(PathBuf, std::fs::Metadata)> {
-        let mut files = Vec::new();
-        let mut dirs = vec![self.out().join(".workcell/quarantine")];
-        while let Some(d) = dirs.pop() {
-            let Ok(rd) = std::fs::read_dir(&d) else { continue };
-            for e in rd.flatten() {
-                let Ok(md) = e.path().symlink_metadata() else { continue };
-                if md.is_dir() {
-                    dirs.push(e.path());
-                } else if md.is_file() {
-                    files.push((e.path(), md));
-                }
-            }
-        }
-        files
-    }
-
-    /// The files in the quarantine whose content holds `marker`.
-    fn quarantined_holding(&self, marker: &str) -> Vec<PathBuf> {
-        self.quarantine().into_iter().filter(|(p, _)| std::fs::read_to_string(p).is_ok_and(|t| t.contains(marker))).map(|(p, _)| p).collect()
-    }
-
-    /// `rel` (planted with content `marker`) is no longer in place, and is in the quarantine.
-    fn assert_moved_aside(&self, rel: &str, marker: &str, step: &Step) {
-        assert!(!self.in_place(rel), "{rel} stayed in place after the sweep: {step}");
-        let held = self.quarantined_holding(marker);
-        assert!(!held.is_empty(), "{rel} (holding {marker}) is not in .workcell/quarantine: {:?}; {step}", self.quarantine());
-        assert!(held.iter().all(|p| p.starts_with(self.out().join(".workcell/quarantine"))));
-        assert!(step.notes.contains("moved aside"), "what was moved aside is told: {step}");
-    }
-
-    /// `rel` is in place and holds `marker` (a control, or what no entry protects).
-    fn assert_kept(&self, rel: &str, marker: &str, step: &Step) {
-        let text = std::fs::read_to_string(self.out().join(rel)).unwrap_or_else(|e| panic!("{rel} is not in place ({e}): {step}"));
-        assert!(text.contains(marker), "{rel} holds {text:?}, not {marker}: {step}");
-    }
-}
-
-/// How the worker's commands come: one `workcell run` each, or one `shell` call each of one
-/// `workcell mcp` session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Way {
-    Runs,
-    Session,
-}
-
-/// What one run or call gave back.
-struct Step {
-    code: Option<i64>,
-    stdout: String,
-    /// The run's stderr, or the call's whole text (where what was moved aside is said).
-    notes: String,
-}
-
-impl std::fmt::Display for Step {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {:?}\n--- stdout\n{}\n--- notes\n{}", self.code, self.stdout, self.notes)
-    }
-}
-
-/// The worker, as [`Way`] says.
-struct Worker {
-    backend: &'static str,
-    proj: PathBuf,
-    session: Option<Session>,
-}
-
-/// A client of `workcell mcp` (the MCP SDK) reading commands as JSON lines on its stdin and
-/// answering each with one JSON line.
-struct Session {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-}
-
-/// The session's client: one `shell` call per line read, its result as one line.
-const CLIENT: &str = r#"
-import asyncio, json, sys
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-
-async def main():
-    bin_, project, backend = sys.argv[1:4]
-    params = StdioServerParameters(command=bin_, args=["mcp", "--backend", backend, "--approve-all"], cwd=project)
-    loop = asyncio.get_running_loop()
-    async with stdio_client(params) as (r, w):
-        async with ClientSession(r, w) as session:
-            await session.initialize()
-            while True:
-                line = await loop.run_in_executor(None, sys.stdin.readline)
-                if not line:
-                    break
-                command = json.loads(line)["command"]
-                try:
-                    res = await asyncio.wait_for(session.call_tool("shell", {"command": command, "timeout": 60}), 120)
-                    s = res.structured_content or {}
-                    out = {"error": bool(res.is_error), "text": "".join(getattr(c, "text", "") for c in res.content),
-                           "exit_code": s.get("exit_code"), "stdout": s.get("stdout", "")}
-                except asyncio.TimeoutError:
-                    out = {"error": True, "text": "no answer within 120 s", "exit_code": None, "stdout": ""}
-                print(json.dumps(out), flush=True)
-
-asyncio.run(main())
-"#;
-
-impl Worker {
-    /// The worker in `s`'s project; `None` when the session's client is missing here (a skip
-    /// with a note; under `CI` a failure, see `support::python_ready`).
-    fn start(s: &Scratch, backend: &'static str, way: Way) -> Option<Worker> {
-        let session = match way {
-            Way::Runs => None,
-            Way::Session => {
-                if !support::python_ready(&["mcp"]) {
-                    return None;
-                }
-                let mut child = Command::new(support::python())
-                    .arg("-c")
-                    .arg(CLIENT)
-                    .arg(env!("CARGO_BIN_EXE_workcell"))
-                    .arg(s.proj())
-                    .arg(backend)
-                    .env_remove("RUST_LOG")
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .stderr(Stdio::inherit())
-                    .spawn()
-                    .expect("start the MCP client");
-                let stdin = child.stdin.take();
-                let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-                Some(Session { child, stdin, stdout })
-            }
-        };
-        Some(Worker { backend, proj: s.proj(), session })
-    }
-
-    /// Runs `script` (sh, in the zone `/out`) as the worker: a run of its own, or the
-    /// session's next `shell` call.
-    fn step(&mut self, script: &str) -> Step {
-        let step = match &mut self.session {
-            None => {
-                let o = support::workcell_sh(&self.proj, self.backend, &[], script).output().expect("start workcell");
-                Step {
-                    code: o.status.code().map(i64::from),
-                    stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-                    notes: String::from_utf8_lossy(&o.stderr).into_owned(),
-                }
-            }
-            Some(s) => {
-                // The shell tool refuses a command line that names a protected path itself
-                // (a redirection, `mv`, `ln`, `touch`): a worker writes its script to a file
-                // and runs that, which no rule reads. So does this one.
-                let command = format!("cat > /tmp/step.sh <<'END-OF-STEP'\n{script}\nEND-OF-STEP\nsh /tmp/step.sh");
-                let line = serde_json::json!({ "command": command }).to_string();
-                let stdin = s.stdin.as_mut().expect("the session is open");
-                writeln!(stdin, "{line}").and_then(|()| stdin.flush()).expect("send the command");
-                let mut answer = String::new();
-                s.stdout.read_line(&mut answer).expect("read the answer");
-                let v: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("the client said {answer:?} ({e})"));
-                assert_eq!(v["error"], false, "the call failed: {v}");
-                Step {
-                    code: v["exit_code"].as_i64(),
-                    stdout: v["stdout"].as_str().unwrap_or("").to_string(),
-                    notes: v["text"].as_str().unwrap_or("").to_string(),
-                }
-            }
-        };
-        eprintln!("--- step ({}):\n{script}\n{step}\n", self.backend);
-        step
-    }
-
-    /// Ends the session (the client closes it and exits); nothing for runs.
-    fn end(&mut self) {
-        let Some(mut s) = self.session.take() else { return };
-        drop(s.stdin.take());
-        let start = Instant::now();
-        while s.child.try_wait().expect("wait").is_none() {
-            if start.elapsed() > Duration::from_secs(60) {
-                let _ = s.child.kill();
-                let _ = s.child.wait();
-                panic!("the MCP client did not end within 60 s of its stdin closing");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(s) = &mut self.session {
-            let _ = s.child.kill();
-            let _ = s.child.wait();
-        }
-    }
+    s.settle_tree();
 }
 
 /// A command that changes nothing in the zone (it only reads it): the run or call whose walks
@@ -391,7 +134,7 @@ mod body {
     ///   `hooks` directory (its `config` is bound read-only, `.git` itself stays writable).
     pub fn deep_plant_with_times_set_back(backend: &'static str, way: Way) {
         let s = Scratch::new(&[]);
-        s.tree(&["d1/d4/d6/repo"]);
+        tree(&s, &["d1/d4/d6/repo"]);
         let Some(mut w) = Worker::start(&s, backend, way) else { return };
         let first = w.step(HARMLESS);
         assert_eq!(first.code, Some(0), "{first}");
@@ -449,7 +192,7 @@ mod body {
     /// `tools/ci` and never judge `build.sh` again).
     pub fn directory_renamed_in_at_the_top(backend: &'static str, way: Way) {
         let s = Scratch::new(BY_PATH);
-        s.tree(&[]);
+        tree(&s, &[]);
         let Some(mut w) = Worker::start(&s, backend, way) else { return };
         let made = w.step(
             "set -e\ncd /out\nmkdir -p tmp/staging/git/hooks tmp/staging/ci\nprintf '#!/bin/sh\\necho renamed-top-hook\\n' > tmp/staging/git/hooks/pre-commit\n\
@@ -485,7 +228,7 @@ mod body {
     /// becomes `d0/d7/d6/.envrc` (the default `.envrc`).
     pub fn directory_moved_in_from_a_deep_sibling(backend: &'static str, way: Way) {
         let s = Scratch::new(BY_PATH);
-        s.tree(&[]);
+        tree(&s, &[]);
         let Some(mut w) = Worker::start(&s, backend, way) else { return };
         let made = w.step(
             "set -e\ncd /out\nmkdir -p d1/d2/d3/staging/git/hooks d1/d2/d3/staging/ci d1/d2/d3/stash/hooks\n\
@@ -534,7 +277,7 @@ mod body {
     /// the new directories, the file: a link moves its ctime, not its mtime).
     pub fn hard_link_made_in_a_later_call(backend: &'static str, way: Way) {
         let s = Scratch::new(&[]);
-        s.tree(&[]);
+        tree(&s, &[]);
         let Some(mut w) = Worker::start(&s, backend, way) else { return };
         let made = w.step("set -e\ncd /out\nprintf '#!/bin/sh\\necho linked-payload\\n' > d1/d1/d1/payload\nchmod +x d1/d1/d1/payload\necho made");
         assert_eq!(made.code, Some(0), "{made}");
@@ -572,7 +315,7 @@ mod body {
     /// after the plant, tells which.
     pub fn writer_that_outlives_its_call(backend: &'static str, way: Way) {
         let s = Scratch::new(&[]);
-        s.tree(&[]);
+        tree(&s, &[]);
         let Some(mut w) = Worker::start(&s, backend, way) else { return };
         let first = w.step(HARMLESS);
         assert_eq!(first.code, Some(0), "{first}");
@@ -620,7 +363,7 @@ mod body {
     /// name nothing protects takes the same write (the control).
     pub fn protection_widened_between_runs(backend: &'static str) {
         let s = Scratch::new(&[]);
-        s.tree(&["d2/d3/d4/repo"]);
+        tree(&s, &["d2/d3/d4/repo"]);
         let Some(mut w) = Worker::start(&s, backend, Way::Runs) else { return };
         let files = ["d5/d5/d5/tools/git/hooks/pre-commit", "d5/d5/d5/tools/run.sh", "d2/d3/d4/repo/.githooks/pre-commit"];
         let control = "d5/d5/d5/tools/git/notes.txt";
@@ -663,91 +406,17 @@ mod body {
     }
 }
 
-/// One test per case and way of running the worker, on `$backend`.
-macro_rules! cases {
-    ($module:ident, $backend:literal) => {
-        mod $module {
-            use super::*;
-
-            #[test]
-            fn deep_plant_with_times_set_back_across_runs() {
-                if support::backend_ready($backend) {
-                    body::deep_plant_with_times_set_back($backend, Way::Runs);
-                }
-            }
-
-            #[test]
-            fn deep_plant_with_times_set_back_in_a_session() {
-                if support::backend_ready($backend) {
-                    body::deep_plant_with_times_set_back($backend, Way::Session);
-                }
-            }
-
-            #[test]
-            fn directory_renamed_into_a_protected_path_across_runs() {
-                if support::backend_ready($backend) {
-                    body::directory_renamed_in_at_the_top($backend, Way::Runs);
-                }
-            }
-
-            #[test]
-            fn directory_renamed_into_a_protected_path_in_a_session() {
-                if support::backend_ready($backend) {
-                    body::directory_renamed_in_at_the_top($backend, Way::Session);
-                }
-            }
-
-            #[test]
-            fn directory_moved_in_from_a_deep_sibling_across_runs() {
-                if support::backend_ready($backend) {
-                    body::directory_moved_in_from_a_deep_sibling($backend, Way::Runs);
-                }
-            }
-
-            #[test]
-            fn directory_moved_in_from_a_deep_sibling_in_a_session() {
-                if support::backend_ready($backend) {
-                    body::directory_moved_in_from_a_deep_sibling($backend, Way::Session);
-                }
-            }
-
-            #[test]
-            fn hard_link_under_a_protected_name_across_runs() {
-                if support::backend_ready($backend) {
-                    body::hard_link_made_in_a_later_call($backend, Way::Runs);
-                }
-            }
-
-            #[test]
-            fn hard_link_under_a_protected_name_in_a_session() {
-                if support::backend_ready($backend) {
-                    body::hard_link_made_in_a_later_call($backend, Way::Session);
-                }
-            }
-
-            #[test]
-            fn writer_outliving_its_run_plants_nothing() {
-                if support::backend_ready($backend) {
-                    body::writer_that_outlives_its_call($backend, Way::Runs);
-                }
-            }
-
-            #[test]
-            fn writer_outliving_its_call_plants_nothing() {
-                if support::backend_ready($backend) {
-                    body::writer_that_outlives_its_call($backend, Way::Session);
-                }
-            }
-
-            #[test]
-            fn protection_widened_between_runs_over_unchanged_directories() {
-                if support::backend_ready($backend) {
-                    body::protection_widened_between_runs($backend);
-                }
-            }
-        }
-    };
-}
-
-cases!(bwrap, "bwrap");
-cases!(docker, "docker");
+// One test per case and way of running the worker, on bwrap and on docker.
+support::sweep::sweep_cases!([bwrap = "bwrap", docker = "docker"] {
+    deep_plant_with_times_set_back_across_runs: body::deep_plant_with_times_set_back(Way::Runs);
+    deep_plant_with_times_set_back_in_a_session: body::deep_plant_with_times_set_back(Way::Session);
+    directory_renamed_into_a_protected_path_across_runs: body::directory_renamed_in_at_the_top(Way::Runs);
+    directory_renamed_into_a_protected_path_in_a_session: body::directory_renamed_in_at_the_top(Way::Session);
+    directory_moved_in_from_a_deep_sibling_across_runs: body::directory_moved_in_from_a_deep_sibling(Way::Runs);
+    directory_moved_in_from_a_deep_sibling_in_a_session: body::directory_moved_in_from_a_deep_sibling(Way::Session);
+    hard_link_under_a_protected_name_across_runs: body::hard_link_made_in_a_later_call(Way::Runs);
+    hard_link_under_a_protected_name_in_a_session: body::hard_link_made_in_a_later_call(Way::Session);
+    writer_outliving_its_run_plants_nothing: body::writer_that_outlives_its_call(Way::Runs);
+    writer_outliving_its_call_plants_nothing: body::writer_that_outlives_its_call(Way::Session);
+    protection_widened_between_runs_over_unchanged_directories: body::protection_widened_between_runs();
+});

@@ -1,7 +1,8 @@
 //! Helpers shared by the integration tests (the one helper module: `mod support;`): the
 //! backend gate, projects in temp dirs, label-based container checks, and in submodules the
-//! sandbox-core fixture ([`fixture`]), the plan-rendering fixture ([`render`]) and the gate
-//! for host tools and the tests' Python ([`tools`]).
+//! sandbox-core fixture ([`fixture`]), the plan-rendering fixture ([`render`]), the zone and
+//! worker of the sweep attacks ([`sweep`]) and the gate for host tools and the tests' Python
+//! ([`tools`]).
 #![allow(dead_code)]
 
 pub mod compose;
@@ -10,6 +11,7 @@ pub mod fixture;
 pub mod remote;
 pub mod render;
 pub mod servers;
+pub mod sweep;
 pub mod tools;
 
 #[allow(unused_imports)]
