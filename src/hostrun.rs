@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 #[cfg(test)]
 mod against_globs;
+pub mod area;
 mod forms;
 pub mod history;
 pub mod home;

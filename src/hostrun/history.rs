@@ -50,8 +50,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use super::area::ProtectedArea;
 use super::{Kind, Protection};
-use crate::plan::LaunchPlan;
 use git::{GitError, Repo};
 use looks::{is_id, launch_tip, open_dir, plain, read_beneath, stamp, symbolic, Looks, MAX_REF};
 
@@ -151,11 +151,11 @@ impl Report {
 }
 
 impl Watch {
-    /// Notes the repositories of `plan`'s protected areas as they are now (call it just
+    /// Notes the repositories of a plan's protected `areas` as they are now (call it just
     /// before the worker starts).
-    pub fn take(plan: &LaunchPlan) -> Watch {
+    pub fn take(areas: &[ProtectedArea]) -> Watch {
         let mut repos = Vec::new();
-        for area in &plan.protected {
+        for area in areas {
             let Some(held) = &area.held else { continue };
             let host = held.current_path().map(|p| p.to_string_lossy().into_owned());
             for b in &area.bound {

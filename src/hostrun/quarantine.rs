@@ -44,10 +44,10 @@ use serde::Serialize;
 mod frame;
 mod made;
 
+use super::area::{BoundPath, ProtectedArea};
 use super::looked::Looking;
 use super::tally::{self, Tally};
 use super::{remove, Kind};
-use crate::plan::{BoundPath, ProtectedArea};
 use frame::Frame;
 use made::make_quarantine;
 

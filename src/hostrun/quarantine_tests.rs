@@ -4,8 +4,8 @@ use std::path::Path;
 
 use super::*;
 use crate::held::Held;
+use crate::hostrun::area::{BoundPath, ProtectedArea};
 use crate::hostrun::Protection;
-use crate::plan::{BoundPath, ProtectedArea};
 
 fn area(dir: &Path) -> ProtectedArea {
     ProtectedArea::of("/work", Held(std::sync::Arc::new(fs::File::open(dir).unwrap().into())), Protection::default())

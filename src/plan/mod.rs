@@ -32,6 +32,7 @@ pub use workdir::WorkdirError;
 
 use crate::config::{ImageRef, Limits, Project, Worker};
 pub use crate::held::Held;
+pub use crate::hostrun::area::{BoundPath, ProtectedArea};
 pub use crate::identity::{worker_user, UserSpec, FALLBACK_USER};
 use crate::sandbox::Sandbox;
 pub use crate::sandbox::{inside, ROOT_FORM_MOUNT_POINT};
@@ -141,45 +142,6 @@ pub struct LaunchPlan {
     /// messages): every zone is a copy shipped to it ([`ship`]); nothing is bound by path.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shipped: Option<String>,
-}
-
-/// One writable mount's protected paths (`crate::hostrun`).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ProtectedArea {
-    /// The mount's target (as in [`LaunchPlan::mounts`]).
-    pub target: String,
-    /// Why the zone is treated as a home directory (`crate::hostrun::home`), its home
-    /// entries then among `entries`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub home: Option<String>,
-    /// The mount's own handle (the zone's directory, as bound).
-    #[serde(skip)]
-    pub held: Option<Held>,
-    /// The entries in force here (defaults, added, less the zone's `unprotect`).
-    pub entries: Vec<String>,
-    /// Default entries the zone turned off (`unprotect:`), shown by `plan`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub unprotected: Vec<String>,
-    /// The entries a protected manifest brought in (`Makefile` → `GNUmakefile`), and why.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub by_family: Vec<crate::hostrun::tools::FamilyEntry>,
-    /// Protected paths that existed at launch, bound read-only: their path relative to the
-    /// mount, and the identity (device, inode) they had.
-    pub bound: Vec<BoundPath>,
-    #[serde(skip)]
-    pub protection: crate::hostrun::Protection,
-    /// What the walks saw of each directory, for the next walk (`hostrun::looked`).
-    #[serde(skip)]
-    pub looked: crate::hostrun::looked::Records,
-}
-
-/// A protected path that existed at launch and is bound read-only over itself.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BoundPath {
-    pub path: String,
-    pub entry: String,
-    #[serde(skip)]
-    pub identity: (u64, u64),
 }
 
 /// A mount of a zone with `delivery: copy`.

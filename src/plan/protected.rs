@@ -157,24 +157,6 @@ pub(super) fn protected_areas(
     Ok((areas, binds))
 }
 
-impl ProtectedArea {
-    /// The area of the directory `held` (mounted at `target`) with `protection`, before its
-    /// walk (no bound paths, no records): for the sweep's own tests and benchmarks.
-    pub fn of(target: &str, held: super::Held, protection: Protection) -> ProtectedArea {
-        ProtectedArea {
-            target: target.to_string(),
-            home: None,
-            held: Some(held),
-            entries: protection.entries().to_vec(),
-            unprotected: vec![],
-            by_family: vec![],
-            bound: vec![],
-            protection,
-            looked: Records::default(),
-        }
-    }
-}
-
 /// The walks of the writable, bind-delivered mounts of `zones`, each with its protection
 /// plus the hook directories of `hooks`, and the home entries where `homes` names it.
 fn walk_zones<'a>(

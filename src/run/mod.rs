@@ -366,7 +366,7 @@ impl Session {
             returns: Some(&self.returns),
         };
         // The repositories' branches and index as the worker finds them (a few reads).
-        let watch = crate::hostrun::history::Watch::take(&self.plan);
+        let watch = crate::hostrun::history::Watch::take(&self.plan.protected);
         // A pooled sandbox started for exactly this plan, when there is one: claimed for
         // this run alone, and gone at its end like a cold run's container.
         let mut result = match crate::pool::claim(&self.plan, self.selected, output) {

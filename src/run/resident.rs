@@ -261,7 +261,7 @@ impl Resident {
     pub fn exec(&self, cmd: &ShellRun, timeout: Duration) -> Result<Finished, ResidentError> {
         let timeout = self.call_cap.map_or(timeout, |c| c.min(timeout));
         // Noted at each call: what the person did between calls is theirs.
-        let watch = crate::hostrun::history::Watch::take(&self.plan);
+        let watch = crate::hostrun::history::Watch::take(&self.plan.protected);
         let mut finished = match &self.way {
             Way::Agent(stream) => {
                 let request = Request {

@@ -11,8 +11,8 @@ use rustix::fs::{Mode, OFlags, Timespec, Timestamps};
 
 use super::*;
 use crate::held::Held;
+use crate::hostrun::area::ProtectedArea;
 use crate::hostrun::quarantine::sweep;
-use crate::plan::ProtectedArea;
 
 fn area(dir: &Path, protection: Protection) -> ProtectedArea {
     ProtectedArea::of("/work", Held(Arc::new(fs::File::open(dir).unwrap().into())), protection)
