@@ -16,14 +16,8 @@ import statistics
 import sys
 import time
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-
-
-def pct(times, p):
-    """Nearest-rank percentile (no interpolation: with 100 calls, p90 is the 90th slowest)."""
-    s = sorted(times)
-    return s[max(0, -(-len(s) * p // 100) - 1)]
+# benches/mcp_shell.py (this script's folder is on sys.path): the same client and percentile.
+from mcp_shell import open_mcp, pct
 
 
 async def main():
@@ -32,28 +26,9 @@ async def main():
     warmup = int(sys.argv[4]) if len(sys.argv) > 4 else 5
     backends = os.environ.get("BACKENDS", "bwrap docker").split()
 
-    async def open_mcp(stack, backend):
-        params = StdioServerParameters(
-            command=workcell,
-            args=["--config", f"{project}/workcell.yaml", "mcp", "--backend", backend, "--approve-all"],
-            cwd=project,
-        )
-        read, write = await stack.enter_async_context(stdio_client(params))
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await session.initialize()
-
-        async def call():
-            r = await session.call_tool("shell", {"command": "true"})
-            code = (r.structured_content or {}).get("exit_code", 0)
-            if r.is_error or code != 0:
-                text = "".join(getattr(c, "text", "") for c in r.content)
-                raise SystemExit(f"workcell {backend}: the shell call failed: {text}")
-
-        return call
-
     # Everything opened is closed again (last first) however the run ends, Ctrl-C included.
     async with contextlib.AsyncExitStack() as stack:
-        methods = {b: await open_mcp(stack, b) for b in backends}
+        methods = {b: await open_mcp(stack, workcell, project, b) for b in backends}
         times = {b: [] for b in methods}
         for i in range(warmup + calls):
             # Rotate the order each round so no backend always follows the other.

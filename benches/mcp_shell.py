@@ -34,6 +34,28 @@ def pct(times, p):
     return s[max(0, -(-len(s) * p // 100) - 1)]
 
 
+async def open_mcp(stack, workcell, project, backend):
+    """A `workcell mcp --backend BACKEND` server on PROJECT, opened in `stack`: returns a
+    function doing one `shell` call of `true` (failing the script when the call fails)."""
+    params = StdioServerParameters(
+        command=workcell,
+        args=["--config", f"{project}/workcell.yaml", "mcp", "--backend", backend, "--approve-all"],
+        cwd=project,
+    )
+    read, write = await stack.enter_async_context(stdio_client(params))
+    session = await stack.enter_async_context(ClientSession(read, write))
+    await session.initialize()
+
+    async def call():
+        r = await session.call_tool("shell", {"command": "true"})
+        code = (r.structured_content or {}).get("exit_code", 0)
+        if r.is_error or code != 0:
+            text = "".join(getattr(c, "text", "") for c in r.content)
+            raise SystemExit(f"workcell {backend}: the shell call failed: {text}")
+
+    return call
+
+
 async def main():
     workcell, project, image = sys.argv[1], sys.argv[2], sys.argv[3]
     calls = int(sys.argv[4]) if len(sys.argv) > 4 else 100
@@ -44,29 +66,10 @@ async def main():
 
     methods = {}  # name -> async function doing one call
 
-    async def open_mcp(stack, backend):
-        params = StdioServerParameters(
-            command=workcell,
-            args=["--config", f"{project}/workcell.yaml", "mcp", "--backend", backend, "--approve-all"],
-            cwd=project,
-        )
-        read, write = await stack.enter_async_context(stdio_client(params))
-        session = await stack.enter_async_context(ClientSession(read, write))
-        await session.initialize()
-
-        async def call():
-            r = await session.call_tool("shell", {"command": "true"})
-            code = (r.structured_content or {}).get("exit_code", 0)
-            if r.is_error or code != 0:
-                text = "".join(getattr(c, "text", "") for c in r.content)
-                raise SystemExit(f"workcell {backend}: the shell call failed: {text}")
-
-        return call
-
     # Everything opened is closed again (last first) however the run ends, Ctrl-C included.
     async with contextlib.AsyncExitStack() as stack:
         for b in backends:
-            methods[f"workcell mcp, {b} backend"] = await open_mcp(stack, b)
+            methods[f"workcell mcp, {b} backend"] = await open_mcp(stack, workcell, project, b)
 
         # llm-sandbox: its own session container, created from the local image (never
         # pulled), without its language set-up (no venv/pip: the image has no Python).
@@ -108,4 +111,5 @@ async def main():
         print(f"| {name} | {pct(t, 50):.1f} | {pct(t, 95):.1f} | {statistics.mean(t):.1f} | {min(t):.1f} | {max(t):.1f} |")
 
 
-asyncio.run(main())
+if __name__ == "__main__":  # benches/checkout_size.py imports its client
+    asyncio.run(main())
