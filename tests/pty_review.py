@@ -11,60 +11,37 @@ output, "prompts": how many prompts were answered, "screens": the screen's lines
 import fcntl
 import json
 import os
-import pty
 import re
-import select
 import struct
 import sys
 import termios
-import time
 
 import pyte
 
+# The loop itself is tests/support/pty_drive.py (shared with pty_run.py); no bytecode is
+# left in the source tree.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+from pty_drive import drive  # noqa: E402
+
 COLS, ROWS = 100, 30
 answers, argv = json.loads(sys.argv[1]), sys.argv[2:]
-pid, fd = pty.fork()
-if pid == 0:
-    os.execvp(argv[0], argv)
-fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
-if os.environ.get("PTY_TYPEAHEAD"):
-    os.write(fd, os.environ["PTY_TYPEAHEAD"].encode())
-
 screen = pyte.Screen(COLS, ROWS)
 stream = pyte.ByteStream(screen)
 prompt = re.compile(rb"workcell: [^\n]*?\? \[y\]es[^\n]*?: ")
-out = b""
-reaped = None
 screens = []
-answered_upto = 0
-deadline = time.time() + 120
-while time.time() < deadline:
-    r, _, _ = select.select([fd], [], [], 0.2)
-    if r:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-        stream.feed(chunk)
-    m = prompt.search(out, answered_upto)
-    if m:
-        answered_upto = m.end()
-        screens.append([line.rstrip() for line in screen.display])
-        answer = answers[len(screens) - 1] if len(screens) <= len(answers) else "n"
-        os.write(fd, answer.encode() + b"\n")
-    if reaped is None:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            reaped = status
-    if reaped is not None and not r:
-        break
-else:
-    os.kill(pid, 9)
 
-if reaped is None:
-    _, reaped = os.waitpid(pid, 0)
-code = os.waitstatus_to_exitcode(reaped)
+
+def setup(fd):
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+    if os.environ.get("PTY_TYPEAHEAD"):
+        os.write(fd, os.environ["PTY_TYPEAHEAD"].encode())
+
+
+def answered():
+    screens.append([line.rstrip() for line in screen.display])
+    return answers[len(screens) - 1] if len(screens) <= len(answers) else "n"
+
+
+code, out = drive(argv, prompt, answered, setup=setup, feed=stream.feed)
 print(json.dumps({"exit": code, "output": out.decode("utf-8", "replace"), "prompts": len(screens), "screens": screens}))

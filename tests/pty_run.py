@@ -8,49 +8,25 @@ typed. Prints one JSON object: {"exit": status, "output": everything the termina
 """
 import json
 import os
-import pty
 import re
-import select
 import sys
-import time
+
+# The loop itself is tests/support/pty_drive.py (shared with pty_review.py); no bytecode is
+# left in the source tree.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "support"))
+from pty_drive import drive  # noqa: E402
 
 answer, argv = sys.argv[1], sys.argv[2:]
-pid, fd = pty.fork()
-if pid == 0:
-    os.execvp(argv[0], argv)
-
-out = b""
-reaped = None
+prompt = re.compile(rb"workcell: allow .*?\[n\]o: |workcell: (?:publish|delete) [^\n]*?\[v\]iew NAME: ", re.S)
 prompts = 0
-answered_upto = 0
-deadline = time.time() + 120
-while time.time() < deadline:
-    r, _, _ = select.select([fd], [], [], 0.2)
-    if r:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    pending = out[answered_upto:]
-    m = re.search(rb"workcell: allow .*?\[n\]o: |workcell: (?:publish|delete) [^\n]*?\[v\]iew NAME: ", pending, re.S)
-    if m:
-        answered_upto += m.end()
-        prompts += 1
-        os.write(fd, answer.encode() + b"\n")
-    # Reaped once only: a second waitpid on it raises ChildProcessError.
-    if reaped is None:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            reaped = status
-    if reaped is not None and not r:
-        break
-else:
-    os.kill(pid, 9)
 
-if reaped is None:
-    _, reaped = os.waitpid(pid, 0)
-code = os.waitstatus_to_exitcode(reaped)
+
+def answered():
+    global prompts
+    prompts += 1
+    return answer
+
+
+code, out = drive(argv, prompt, answered)
 print(json.dumps({"exit": code, "output": out.decode("utf-8", "replace"), "prompts": prompts}))

@@ -2,7 +2,8 @@
 //! backend gate, projects in temp dirs, label-based container checks, and in submodules the
 //! sandbox-core fixture ([`fixture`]), the plan-rendering fixture ([`render`]), the zone and
 //! worker of the sweep attacks ([`sweep`]) and the gate for host tools and the tests' Python
-//! ([`tools`]).
+//! ([`tools`]). Beside them, `pty_drive.py`: the pseudo-terminal loop of tests/pty_run.py and
+//! tests/pty_review.py.
 #![allow(dead_code)]
 
 pub mod compose;
