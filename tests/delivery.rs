@@ -14,7 +14,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{give_to_worker, write_project};
+use support::give_to_worker;
+use support::scratch::Project;
 
 /// Exit status of a run whose delivery held something back (docs/commands.md, "Exit statuses").
 const HELD_BACK: i32 = 3;
@@ -23,32 +24,21 @@ const PRE: &str = "approval: {write: preApproved, delete: preApproved}";
 
 /// `tmp/proj` with `out/` (copy-delivered, `.md` only, at most 1000 bytes per file) and
 /// `sig/` (a live bind, for the test and the worker to signal each other).
-struct Scratch {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
+struct Scratch(Project);
+
+impl std::ops::Deref for Scratch {
+    type Target = Project;
+    fn deref(&self) -> &Project {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new(out_approval: &str) -> Scratch {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
-        std::fs::create_dir_all(dir.join("out")).expect("mkdir out");
-        std::fs::create_dir_all(dir.join("sig")).expect("mkdir sig");
         let config = format!(
             "sandbox:\n  zones:\n    out: {{path: ./out, mode: rw, suffixes: [.md], max_file_bytes: 1000, delivery: copy, {out_approval}}}\n    sig: {{path: ./sig, mode: rw, {PRE}}}\n"
         );
-        write_project(&dir, &config, &[]);
-        Scratch { _tmp: tmp, dir }
-    }
-
-    fn out(&self, name: &str) -> PathBuf {
-        self.dir.join("out").join(name)
-    }
-
-    fn listing(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.dir.join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-        names.sort();
-        names
+        Scratch(Project::new(&["out", "sig"], &config))
     }
 
     /// `workcell run --backend B <extra> -- sh -c SCRIPT`, without a controlling terminal

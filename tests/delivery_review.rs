@@ -14,37 +14,28 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
-use support::{give_to_worker, write_project};
+use support::give_to_worker;
+use support::scratch::Project;
 
 /// Exit status of a run whose delivery held something back (docs/commands.md, "Exit statuses").
 const HELD_BACK: i64 = 3;
 
 /// `tmp/proj` with `out/`, copy-delivered, writes and deletes pre-approved (so a prompt comes
 /// from `--review`), any suffix.
-struct Scratch {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
+struct Scratch(Project);
+
+impl std::ops::Deref for Scratch {
+    type Target = Project;
+    fn deref(&self) -> &Project {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new(extra: &str) -> Scratch {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
-        std::fs::create_dir_all(dir.join("out")).expect("mkdir out");
         let config =
             format!("sandbox:\n  zones:\n    out: {{path: ./out, mode: rw, delivery: copy, approval: {{write: preApproved, delete: preApproved}}{extra}}}\n");
-        write_project(&dir, &config, &[]);
-        Scratch { _tmp: tmp, dir }
-    }
-
-    fn out(&self, name: &str) -> PathBuf {
-        self.dir.join("out").join(name)
-    }
-
-    fn listing(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.dir.join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-        names.sort();
-        names
+        Scratch(Project::new(&["out"], &config))
     }
 
     /// `workcell run --backend B <extra> -- sh -c SCRIPT` with `answers` typed at the

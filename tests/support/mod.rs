@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests (the one helper module: `mod support;`): the
 //! backend gate, projects in temp dirs, label-based container checks, and in submodules the
 //! sandbox-core fixture ([`fixture`]), the plan-rendering fixture ([`render`]), the zone and
-//! worker of the sweep attacks ([`sweep`]) and the gate for host tools and the tests' Python
+//! worker of the sweep attacks ([`sweep`]), the delivery tests' scratch project ([`scratch`]) and the gate for host tools and the tests' Python
 //! ([`tools`]). Beside them, `pty_drive.py`: the pseudo-terminal loop of tests/pty_run.py and
 //! tests/pty_review.py.
 #![allow(dead_code)]
@@ -11,6 +11,7 @@ pub mod doc_lines;
 pub mod fixture;
 pub mod remote;
 pub mod render;
+pub mod scratch;
 pub mod servers;
 pub mod sweep;
 pub mod tools;
