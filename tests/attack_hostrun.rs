@@ -6,25 +6,25 @@
 
 mod support;
 
+use support::scratch::Root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A project directory (`proj/`, the runs' cwd) and `outside/` beside it that no zone holds
 /// (where a payload that ran on the host leaves its marker).
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        for d in ["proj/out", "outside"] {
-            std::fs::create_dir_all(root.join(d)).expect("mkdir");
-        }
-        support::give_to_worker(&root);
-        Scratch { _dir: dir, root }
+        Scratch(Root::new(&["proj/out", "outside"], |_| {}))
     }
 
     fn out(&self) -> PathBuf {

@@ -9,6 +9,8 @@
 
 mod support;
 
+use support::scratch::Root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -21,25 +23,24 @@ if [ -d \"$HOME/.local/bin\" ] ; then\n    PATH=\"$HOME/.local/bin:$PATH\"\nfi\n
 
 /// A project (`proj/`, the runs' cwd) with a zone `h/`, and `marks/` beside it that no zone
 /// holds: a planted command that runs on the host leaves its mark there.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     /// `home`: the zone holds Debian's `.profile` (a home to a login shell).
     fn new(home: bool) -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        for d in ["proj/h", "marks"] {
-            std::fs::create_dir_all(root.join(d)).expect("mkdir");
-        }
-        if home {
-            let skel = std::fs::read_to_string("/etc/skel/.profile").unwrap_or_else(|_| PROFILE.to_string());
-            std::fs::write(root.join("proj/h/.profile"), skel).expect("profile");
-        }
-        support::give_to_worker(&root);
-        Scratch { _dir: dir, root }
+        Scratch(Root::new(&["proj/h", "marks"], |root| {
+            if home {
+                let skel = std::fs::read_to_string("/etc/skel/.profile").unwrap_or_else(|_| PROFILE.to_string());
+                std::fs::write(root.join("proj/h/.profile"), skel).expect("profile");
+            }
+        }))
     }
 
     fn zone(&self) -> PathBuf {

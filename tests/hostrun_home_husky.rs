@@ -9,6 +9,8 @@
 
 mod support;
 
+use support::scratch::Root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
@@ -18,34 +20,33 @@ i=\"${XDG_CONFIG_HOME:-$HOME/.config}/husky/init.sh\"\n[ -f \"$i\" ] && . \"$i\"
 /// husky 8's `.husky/_/husky.sh`, the part that matters.
 const H8: &str = "#!/usr/bin/env sh\nif [ -z \"$husky_skip_init\" ]; then\n  if [ -f ~/.huskyrc ]; then\n    . ~/.huskyrc\n  fi\n  readonly husky_skip_init=1\n  export husky_skip_init\n  sh -e \"$0\" \"$@\"\n  exit $?\nfi\n";
 
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     /// `home`: the zone `proj/h` holds a `.profile` (a home to a login shell). Two husky
     /// repositories outside every zone: `r9` (husky 9) and `r8` (husky 8).
     fn new(home: bool) -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        for d in ["proj/h", "marks", "r9/.husky/_", "r8/.husky/_"] {
-            std::fs::create_dir_all(root.join(d)).expect("mkdir");
-        }
-        if home {
-            std::fs::write(root.join("proj/h/.profile"), "PATH=\"$HOME/bin:$PATH\"\n").expect("profile");
-        }
-        let exe = |p: PathBuf, text: &str| {
-            std::fs::write(&p, text).expect("write");
-            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
-        };
-        exe(root.join("r9/.husky/_/h"), H9);
-        exe(root.join("r9/.husky/_/pre-commit"), "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n");
-        exe(root.join("r9/.husky/pre-commit"), "true\n");
-        exe(root.join("r8/.husky/_/husky.sh"), H8);
-        exe(root.join("r8/.husky/pre-commit"), "#!/usr/bin/env sh\n. \"$(dirname -- \"$0\")/_/husky.sh\"\ntrue\n");
-        support::give_to_worker(&root);
-        let s = Scratch { _dir: dir, root };
+        let s = Scratch(Root::new(&["proj/h", "marks", "r9/.husky/_", "r8/.husky/_"], |root| {
+            if home {
+                std::fs::write(root.join("proj/h/.profile"), "PATH=\"$HOME/bin:$PATH\"\n").expect("profile");
+            }
+            let exe = |p: PathBuf, text: &str| {
+                std::fs::write(&p, text).expect("write");
+                std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+            };
+            exe(root.join("r9/.husky/_/h"), H9);
+            exe(root.join("r9/.husky/_/pre-commit"), "#!/usr/bin/env sh\n. \"$(dirname \"$0\")/h\"\n");
+            exe(root.join("r9/.husky/pre-commit"), "true\n");
+            exe(root.join("r8/.husky/_/husky.sh"), H8);
+            exe(root.join("r8/.husky/pre-commit"), "#!/usr/bin/env sh\n. \"$(dirname -- \"$0\")/_/husky.sh\"\ntrue\n");
+        }));
         for r in ["r9", "r8"] {
             let hooks = if r == "r9" { ".husky/_" } else { ".husky" };
             for args in [&["init", "-q"][..], &["config", "core.hooksPath", hooks]] {

@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::scratch::Root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -13,21 +15,18 @@ use serde_json::Value;
 
 /// A project directory (`proj/`, the runs' cwd) with zones made on demand, and `outside/`
 /// beside it that no zone holds.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        for d in ["proj", "outside"] {
-            std::fs::create_dir_all(root.join(d)).expect("mkdir");
-        }
-        std::fs::write(root.join("outside/keep.txt"), "untouched\n").expect("write");
-        support::give_to_worker(&root);
-        Scratch { _dir: dir, root }
+        Scratch(Root::new(&["proj", "outside"], |root| std::fs::write(root.join("outside/keep.txt"), "untouched\n").expect("write")))
     }
 
     fn proj(&self) -> PathBuf {

@@ -11,6 +11,8 @@
 
 mod support;
 
+use support::scratch::Root;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -20,19 +22,18 @@ const BOUND: &str = "400";
 /// The status of a run whose check could not finish (docs/commands.md, "Exit statuses").
 const EXIT_UNVERIFIED: i32 = 4;
 
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        std::fs::create_dir_all(root.join("proj/out")).expect("mkdir");
-        std::fs::create_dir_all(root.join("outside")).expect("mkdir");
-        support::give_to_worker(&root);
-        Scratch { _dir: dir, root }
+        Scratch(Root::new(&["proj/out", "outside"], |_| {}))
     }
 
     fn proj(&self) -> PathBuf {

@@ -1,9 +1,9 @@
 //! Helpers shared by the integration tests (the one helper module: `mod support;`): the
 //! backend gate, projects in temp dirs, label-based container checks, and in submodules the
 //! sandbox-core fixture ([`fixture`]), the plan-rendering fixture ([`render`]), the zone and
-//! worker of the sweep attacks ([`sweep`]), the delivery tests' scratch project ([`scratch`]) and the gate for host tools and the tests' Python
-//! ([`tools`]). Beside them, `pty_drive.py`: the pseudo-terminal loop of tests/pty_run.py and
-//! tests/pty_review.py.
+//! worker of the sweep attacks ([`sweep`]), the bases of the tests' scratch directories
+//! ([`scratch`]) and the gate for host tools and the tests' Python ([`tools`]). Beside them,
+//! `pty_drive.py`: the pseudo-terminal loop of tests/pty_run.py and tests/pty_review.py.
 #![allow(dead_code)]
 
 pub mod compose;

@@ -1,9 +1,9 @@
-//! The base of the delivery tests' scratch projects (tests/delivery.rs,
-//! tests/delivery_review.rs): `tmp/proj` with its zone directories and its config, and the
-//! look at `out/`. Each test file wraps it in its own `Scratch` (derefs to [`Project`]) with
-//! its zones, config and ways to run workcell on top.
+//! The bases of the tests' scratch directories: [`Project`], the delivery tests' `tmp/proj`
+//! with its zone directories and config and the look at `out/`, and [`Root`], the host-side
+//! attacks' temp root given to the worker's user. Each test file wraps one in its own
+//! `Scratch` (which derefs to it) with its zones, files and ways to run workcell on top.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::write_project;
 
@@ -35,5 +35,27 @@ impl Project {
         let mut names: Vec<String> = std::fs::read_dir(self.dir.join("out")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         names.sort();
         names
+    }
+}
+
+/// The base of the scratch roots of the host-side attacks (tests/attack_hostrun.rs,
+/// tests/protected_quarantine.rs, tests/sweep_unfinished.rs, tests/hostrun_home.rs,
+/// tests/hostrun_home_husky.rs): a canonical temp dir holding the directories `dirs`, then
+/// what `fill` puts there, all given to the worker's user; each file's `Scratch` derefs to it.
+pub struct Root {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+}
+
+impl Root {
+    pub fn new(dirs: &[&str], fill: impl FnOnce(&Path)) -> Root {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = std::fs::canonicalize(dir.path()).expect("canonical");
+        for d in dirs {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        fill(&root);
+        super::give_to_worker(&root);
+        Root { _dir: dir, root }
     }
 }
