@@ -6,10 +6,10 @@
 
 mod support;
 
-use support::scratch::Root;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use support::scratch::Root;
 
 /// A project directory (`proj/`, the runs' cwd) and `outside/` beside it that no zone holds
 /// (where a payload that ran on the host leaves its marker).

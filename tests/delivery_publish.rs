@@ -12,22 +12,23 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{give_to_worker, write_project};
+use support::give_to_worker;
+use support::scratch::Project;
 
 /// `tmp/proj` with the copy-delivered zone `z/` (no limits, writes pre-approved).
-struct Scratch {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
+struct Scratch(Project);
+
+impl std::ops::Deref for Scratch {
+    type Target = Project;
+    fn deref(&self) -> &Project {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new() -> Scratch {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = std::fs::canonicalize(tmp.path()).expect("canonical").join("proj");
-        std::fs::create_dir_all(dir.join("z")).expect("mkdir z");
         let config = "sandbox:\n  zones:\n    z: {path: ./z, mode: rw, delivery: copy, approval: {write: preApproved, delete: preApproved}}\n";
-        write_project(&dir, config, &[]);
-        Scratch { _tmp: tmp, dir }
+        Scratch(Project::new(&["z"], config))
     }
 
     fn z(&self, name: &str) -> PathBuf {

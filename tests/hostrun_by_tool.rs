@@ -17,27 +17,28 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use support::scratch::Root;
+
 /// `root/proj` (the project, the runs' cwd) with `out/` (the zone `/out`), `control/` (the
 /// host's own folder for the control), `outside/` for the markers and `home/` for the
 /// person's `HOME`.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     /// `protect` is the project's `sandbox.protect` list (YAML flow form).
     fn new(protect: &str) -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        for d in ["proj/out", "proj/control", "outside", "home"] {
-            std::fs::create_dir_all(root.join(d)).expect("mkdir");
-        }
-        std::fs::write(root.join("proj/workcell.yaml"), format!("sandbox:\n  protect: {protect}\n")).expect("workcell.yaml");
-        // The person's git: the worker's repositories are theirs to use, and who they are.
-        std::fs::write(root.join("home/.gitconfig"), "[safe]\n\tdirectory = *\n[user]\n\tname = person\n\temail = p@example.invalid\n").expect("gitconfig");
-        support::give_to_worker(&root);
-        Scratch { _dir: dir, root }
+        Scratch(Root::new(&["proj/out", "proj/control", "outside", "home"], |root| {
+            std::fs::write(root.join("proj/workcell.yaml"), format!("sandbox:\n  protect: {protect}\n")).expect("workcell.yaml");
+            // The person's git: the worker's repositories are theirs to use, and who they are.
+            std::fs::write(root.join("home/.gitconfig"), "[safe]\n\tdirectory = *\n[user]\n\tname = person\n\temail = p@example.invalid\n").expect("gitconfig");
+        }))
     }
 
     fn out(&self) -> PathBuf {

@@ -9,10 +9,10 @@
 
 mod support;
 
-use support::scratch::Root;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+
+use support::scratch::Root;
 
 /// Debian's `/etc/skel/.profile`, the part that matters: `~/bin` and `~/.local/bin` first on
 /// `PATH` when they exist.

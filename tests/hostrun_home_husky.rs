@@ -9,10 +9,10 @@
 
 mod support;
 
-use support::scratch::Root;
-
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
+
+use support::scratch::Root;
 
 /// husky 9's `.husky/_/h`, the part that matters.
 const H9: &str = "#!/usr/bin/env sh\nn=$(basename \"$0\")\ns=$(dirname \"$(dirname \"$0\")\")/$n\n[ ! -f \"$s\" ] && exit 0\n\

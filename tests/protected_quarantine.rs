@@ -6,12 +6,11 @@
 
 mod support;
 
-use support::scratch::Root;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use support::scratch::Root;
 
 /// A project directory (`proj/`, the runs' cwd) with zones made on demand, and `outside/`
 /// beside it that no zone holds.

@@ -11,12 +11,11 @@
 
 mod support;
 
-use support::scratch::Root;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use support::scratch::Root;
 
 const BOUND: &str = "400";
 /// The status of a run whose check could not finish (docs/commands.md, "Exit statuses").

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use super::write_project;
 
-/// `tmp/proj` (canonical) holding the directories `dirs` and `workcell.yaml` = `config`, no
-/// workers; dropped with the temp dir.
+/// The delivery tests' project (tests/delivery.rs, tests/delivery_review.rs,
+/// tests/delivery_publish.rs): `tmp/proj` (canonical) holding the directories `dirs` and
+/// `workcell.yaml` = `config`, no workers; dropped with the temp dir.
 pub struct Project {
     _tmp: tempfile::TempDir,
     pub dir: PathBuf,
@@ -40,7 +41,7 @@ impl Project {
 
 /// The base of the scratch roots of the host-side attacks (tests/attack_hostrun.rs,
 /// tests/protected_quarantine.rs, tests/sweep_unfinished.rs, tests/hostrun_home.rs,
-/// tests/hostrun_home_husky.rs): a canonical temp dir holding the directories `dirs`, then
+/// tests/hostrun_home_husky.rs, tests/hostrun_by_tool.rs): a canonical temp dir holding the directories `dirs`, then
 /// what `fill` puts there, all given to the worker's user; each file's `Scratch` derefs to it.
 pub struct Root {
     _dir: tempfile::TempDir,
