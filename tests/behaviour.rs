@@ -19,22 +19,24 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
+use support::scratch::Root;
 use support::{assert_no_cgroup_left, processes_with_arg, run_cgroup_dirs, unique};
 use workcell::backend::cgroup::{Controller, Support};
 
 /// A scratch directory (`root`) holding zone directories and, beside them, things the
 /// worker must not see.
-struct Scratch {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
+struct Scratch(Root);
+
+impl std::ops::Deref for Scratch {
+    type Target = Root;
+    fn deref(&self) -> &Root {
+        &self.0
+    }
 }
 
 impl Scratch {
     fn new() -> Scratch {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root = std::fs::canonicalize(dir.path()).expect("canonical");
-        support::give_to_worker(&root);
-        Scratch { _dir: dir, root }
+        Scratch(Root::new(&[], |_| {}))
     }
 
     fn mkdir(&self, name: &str) -> PathBuf {

@@ -39,10 +39,11 @@ impl Project {
     }
 }
 
-/// The base of the scratch roots of the host-side attacks (tests/attack_hostrun.rs,
-/// tests/protected_quarantine.rs, tests/sweep_unfinished.rs, tests/hostrun_home.rs,
-/// tests/hostrun_home_husky.rs, tests/hostrun_by_tool.rs): a canonical temp dir holding the directories `dirs`, then
-/// what `fill` puts there, all given to the worker's user; each file's `Scratch` derefs to it.
+/// The base of the scratch roots of the host-side attacks and the behaviour tests
+/// (tests/attack_hostrun.rs, tests/protected_quarantine.rs, tests/sweep_unfinished.rs,
+/// tests/hostrun_home.rs, tests/hostrun_home_husky.rs, tests/hostrun_by_tool.rs,
+/// tests/behaviour.rs): a canonical temp dir holding the directories `dirs`, then what `fill`
+/// puts there, all given to the worker's user; each file's `Scratch` derefs to it.
 pub struct Root {
     _dir: tempfile::TempDir,
     pub root: PathBuf,
